@@ -1,0 +1,138 @@
+#pragma once
+// The state of one async_submit, type-erased over its completion handler. The queue (lib/)
+// works with submit_op_base only; the handler type lives in submit_op<Handler>.
+//
+// Lifetime: reference counted. One reference belongs to the completion path (released after the
+// handler ran on its own executor), one to each posted cancellation, one to a worker running the
+// call. The cancellation slot handler is cleared on the handler's executor before the handler
+// runs, which is where Asio requires slot operations to happen.
+#include <atomic>
+#include <cassert>
+#include <chrono>
+#include <cstdint>
+#include <system_error>
+#include <utility>
+
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/any_io_executor.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+
+#include "laneq/metrics.hpp"
+#include "laneq/request.hpp"
+
+namespace laneq::detail {
+
+class queue_impl;
+struct submit_op_base;
+
+// Defined in lib/request_queue.cpp.
+void queue_admit(queue_impl* q, submit_op_base* op);
+void queue_cancel(queue_impl* q, submit_op_base* op);
+
+struct submit_op_base {
+  enum class state : std::uint8_t { created, waiting, queued, in_flight, done };
+
+  submit_op_base(Request r, SubmitOptions o) : request(std::move(r)), options(std::move(o)) {}
+  submit_op_base(const submit_op_base&) = delete;
+  submit_op_base& operator=(const submit_op_base&) = delete;
+
+  // Resolves the caller: stores the result and posts the handler to its executor. Exactly once.
+  void complete(std::error_code ec, Response r) {
+    assert(st != state::done && "a submit must complete exactly once");
+    st = state::done;
+    post_completion(ec, std::move(r));
+  }
+
+  void add_ref() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }
+  void release() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+  }
+
+  Request request;
+  SubmitOptions options;
+  // Bookkeeping owned by the queue (touched on its strand only).
+  state st = state::created;
+  bool cancel_requested = false;
+  bool timed_out = false;
+  std::uint32_t lane = 0;
+  std::uint64_t sched_id = 0;
+  Metrics::ClientRef client_ref{};
+  std::chrono::steady_clock::time_point submitted_at{};
+  std::chrono::steady_clock::time_point started_at{};
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  submit_op_base* wprev = nullptr;  // waiting-for-room list
+  submit_op_base* wnext = nullptr;
+
+ protected:
+  virtual ~submit_op_base() = default;
+  // The result travels with the posted completion, so a queued op carries no Response.
+  virtual void post_completion(std::error_code ec, Response r) = 0;
+  virtual void destroy() noexcept = 0;
+
+ private:
+  std::atomic<int> refs{1};
+};
+
+template <class Handler>
+class submit_op final : public submit_op_base {
+ public:
+  using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
+
+  submit_op(Handler h, Request r, SubmitOptions o, const asio::any_io_executor& io_ex)
+      : submit_op_base(std::move(r), std::move(o)),
+        handler_(std::move(h)),
+        work_(asio::get_associated_executor(handler_, io_ex)) {}
+
+  // Cancellation: installed in the caller's slot at initiation; it only forwards to the strand.
+  void install_cancellation(queue_impl* q) {
+    auto slot = asio::get_associated_cancellation_slot(handler_);
+    if (slot.is_connected()) slot.template emplace<canceller>(q, this);
+  }
+
+ private:
+  struct canceller {
+    queue_impl* q;
+    submit_op_base* op;
+    void operator()(asio::cancellation_type type) const {
+      if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) !=
+          asio::cancellation_type::none)
+        queue_cancel(q, op);
+    }
+  };
+
+  // Posted to the handler's executor; owns nothing, the op stays alive through its reference.
+  struct invoker {
+    submit_op* op;
+    std::error_code ec;
+    Response response;
+    using allocator_type = asio::associated_allocator_t<Handler>;
+    allocator_type get_allocator() const noexcept {
+      return asio::get_associated_allocator(op->handler_);
+    }
+    void operator()() { op->invoke(ec, std::move(response)); }
+  };
+
+  void post_completion(std::error_code ec, Response r) override {
+    asio::post(work_.get_executor(), invoker{this, ec, std::move(r)});
+  }
+
+  void invoke(std::error_code ec, Response r) {
+    auto slot = asio::get_associated_cancellation_slot(handler_);
+    if (slot.is_connected()) slot.clear();
+    Handler h(std::move(handler_));
+    auto work = std::move(work_);  // keep the context busy until the handler has run
+    release();                     // may delete this
+    std::move(h)(ec, std::move(r));
+  }
+
+  void destroy() noexcept override { delete this; }
+
+  Handler handler_;
+  asio::executor_work_guard<executor_type> work_;
+};
+
+}  // namespace laneq::detail

@@ -1,0 +1,40 @@
+#pragma once
+// laneq's error codes: one std::error_category, enum registered with std::is_error_code_enum so
+// `ec == laneq::errc::timeout` works. Messages say what happened and what to do.
+#include <string>
+#include <system_error>
+
+namespace laneq {
+
+enum class errc : int {
+  queue_full = 1,         // max_pending reached and the lane rejects instead of waiting
+  client_queue_full,      // the client's max_pending_per_client reached
+  timeout,                // the deadline (queue wait + call) passed
+  cancelled,              // the caller cancelled (cancellation slot)
+  shutting_down,          // shutdown() stopped admission, or drain=false dropped it
+  unknown_lane,           // SubmitOptions::priority names no configured lane
+  invalid_config,         // a config field is out of range (the exception text names it)
+  not_started,            // reserved for callers; queue.start() was never called
+  // provider outcomes a caller can branch on
+  rate_limited,           // HTTP 429 (retryable)
+  overloaded,             // HTTP 529 / 503 overloaded (retryable)
+  auth,                   // 401 / 403: bad or missing API key
+  bad_request,            // 400 / 404 / 422: the request itself is wrong
+  request_too_large,      // 413 or "request too large": can never succeed as sent
+  quota_exceeded,         // insufficient_quota: billing, not rate
+  server_error,           // 5xx
+  network,                // connect / reset / TLS failure
+  malformed_response,     // the provider answered something unparseable
+  internal,               // a bug in laneq or an exception thrown by a provider
+};
+
+const std::error_category& error_category() noexcept;
+
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), error_category()};
+}
+
+}  // namespace laneq
+
+template <>
+struct std::is_error_code_enum<laneq::errc> : std::true_type {};

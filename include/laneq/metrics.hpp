@@ -1,0 +1,168 @@
+#pragma once
+// Metrics: per-lane and per-client counters, gauges and latency summaries, exported as a plain
+// struct (`MetricsSnapshot`), as JSON and as Prometheus text.
+//
+// `LatencyHistogram` is a pure, fixed-size (~2.2 KB) log-linear histogram; `Metrics` is the
+// thread-safe recorder the request queue feeds from its strand while any thread may take a
+// `snapshot()`.
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace laneq {
+
+// HDR-style histogram over microseconds: values below 8 us are exact (1 us buckets), above that
+// each power of two is split into 8 equal sub-buckets, so a bucket's midpoint is within 6.25% of
+// any value in it. Values >= 2^36 us (~19 h) land in the last bucket. No allocation, no locks.
+class LatencyHistogram {
+ public:
+  static constexpr std::size_t bucket_count = 272;  // 8 exact + 33 powers of two x 8
+
+  void record(std::chrono::nanoseconds d) noexcept;  // negative -> 0
+  void merge(const LatencyHistogram& other) noexcept;
+
+  std::uint64_t count() const noexcept { return count_; }
+  std::chrono::nanoseconds max() const noexcept { return std::chrono::nanoseconds(max_ns_); }
+  // Sum of all recorded values; a double so years of cumulative latency cannot overflow.
+  std::chrono::duration<double> sum() const noexcept {
+    return std::chrono::duration<double>(sum_s_);
+  }
+  // The q-quantile (q in [0,1], clamped): the midpoint of the bucket holding the
+  // ceil(q * count)-th smallest value, clamped to [min, max] recorded. 0 when empty;
+  // percentile(1.0) == max().
+  std::chrono::nanoseconds percentile(double q) const noexcept;
+
+ private:
+  std::array<std::uint64_t, bucket_count> buckets_{};
+  std::uint64_t count_ = 0;
+  std::int64_t min_ns_ = 0, max_ns_ = 0;
+  double sum_s_ = 0;
+};
+
+struct LatencySummary {
+  std::uint64_t count = 0;
+  double p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
+  double sum_ms = 0;  // sum of all recorded values (sum / count = mean)
+};
+LatencySummary summarize(const LatencyHistogram& h) noexcept;
+
+struct SeriesSnapshot {
+  std::int64_t depth = 0;       // queued now
+  std::int64_t in_flight = 0;   // started, not finished
+  std::int64_t waiting = 0;     // waiting for room (backpressure), not yet queued
+  std::uint64_t submitted = 0, started = 0, succeeded = 0, failed = 0, rejected = 0,
+                expired = 0, cancelled = 0, retried = 0;
+  LatencySummary queue_wait, service_time;
+};
+
+struct LaneSnapshot {
+  std::string name;
+  int priority = 0;
+  SeriesSnapshot stats;
+};
+
+struct MetricsSnapshot {
+  std::vector<LaneSnapshot> lanes;                   // in the order given to Metrics
+  std::map<std::string, SeriesSnapshot> clients;     // by client name; overflow series "_other"
+  SeriesSnapshot total;                              // all lanes together
+  double uptime_s = 0;
+};
+
+// JSON: {"uptime_s", "total": series, "lanes": [{"name", "priority", "stats": series}],
+// "clients": {name: series}}; a series has the SeriesSnapshot field names, its latencies are
+// objects with the LatencySummary field names.
+nlohmann::json to_json(const MetricsSnapshot& s);
+void to_json(nlohmann::json& j, const MetricsSnapshot& s);  // so `nlohmann::json j = snap;` works
+
+// Prometheus text exposition format 0.0.4. Families (with prefix "laneq"):
+//   laneq_requests_{submitted,started,succeeded,failed,rejected,expired,cancelled,retried}_total
+//                                                             counter
+//   laneq_queue_depth, laneq_in_flight, laneq_waiting         gauge
+//   laneq_queue_wait_seconds, laneq_service_time_seconds      summary (quantile 0.5/0.9/0.99,
+//                                                             _sum, _count; NaN quantiles if empty)
+// each with one sample per lane, label lane="<name>". The same families prefixed
+// "laneq_client_" carry one sample per client, label client="<name>" (separate families, so a
+// sum() over a family never counts a request twice). No unlabelled totals: sum over lanes.
+// Plus laneq_uptime_seconds (gauge). Label values are escaped (\\, \", \n).
+// Throws std::invalid_argument if prefix is not a valid metric name prefix.
+std::string to_prometheus(const MetricsSnapshot& s, std::string_view prefix = "laneq");
+
+// Thread-safe recorder. Every call takes one mutex once, for a few increments; nothing allocates
+// except the first time a client is seen (its series) and the first latency recorded for a client
+// (its histograms). Lane-level totals are summed at snapshot() time, not on the hot path.
+//
+// Bounded cardinality: up to max_clients distinct client names get their own series; every
+// further name shares the series "_other" (a client literally named "_other" shares it too).
+// Client series are never removed.
+class Metrics {
+  struct Series;
+
+ public:
+  struct LaneInfo {
+    std::string name;
+    int priority = 0;
+  };
+  // Where a request was when it finished.
+  enum class From { waiting, queued, in_flight };
+  enum class Outcome { succeeded, failed, expired, cancelled };
+
+  // Opaque handle to a client's series, resolved once per request by client(); stays valid for
+  // the Metrics' lifetime. A default-constructed (null) ref records lane counters only.
+  class ClientRef {
+   public:
+    ClientRef() = default;
+    explicit operator bool() const noexcept { return s_ != nullptr; }
+    friend bool operator==(ClientRef, ClientRef) = default;
+
+   private:
+    friend class Metrics;
+    explicit ClientRef(Series* s) noexcept : s_(s) {}
+    Series* s_ = nullptr;
+  };
+
+  explicit Metrics(std::vector<LaneInfo> lanes, std::size_t max_clients = 1000);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  ClientRef client(std::string_view name);  // resolve or create (or "_other")
+
+  // Recording. `lane` indexes the lanes given to the constructor; an out-of-range lane makes the
+  // call a no-op. Each call updates the lane's and the client's series.
+  void submitted(std::size_t lane, ClientRef c);   // submitted++
+  void rejected(std::size_t lane, ClientRef c);    // rejected++ (full queue / client / shutdown)
+  void waiting(std::size_t lane, ClientRef c);     // waiting++ (backpressure: waits for room)
+  void enqueued(std::size_t lane, ClientRef c, bool was_waiting);  // depth++ (waiting-- if so)
+  // depth--, in_flight++, started++, queue_wait recorded.
+  void started(std::size_t lane, ClientRef c, std::chrono::nanoseconds queue_wait);
+  void requeued(std::size_t lane, ClientRef c);    // in_flight--, depth++, retried++
+  // Outcome counter++, then by `from`: in_flight: in_flight--, service_time recorded;
+  // queued: depth--; waiting: waiting-- (service_time ignored unless in_flight).
+  void finished(std::size_t lane, ClientRef c, Outcome o, From from,
+                std::chrono::nanoseconds service_time);
+
+  MetricsSnapshot snapshot() const;  // any thread
+
+ private:
+  template <class F>
+  void update(std::size_t lane, ClientRef c, F&& f);
+
+  mutable std::mutex mu_;
+  std::vector<LaneInfo> lane_info_;
+  std::vector<Series> lanes_;                    // Series is complete in metrics.cpp
+  std::map<std::string, std::unique_ptr<Series>, std::less<>> clients_;  // nodes never move
+  std::size_t max_clients_;
+  std::size_t named_clients_ = 0;  // clients with their own series (excludes "_other")
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace laneq

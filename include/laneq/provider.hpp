@@ -1,0 +1,41 @@
+#pragma once
+// The one seam to the outside world. A Provider performs one API call asynchronously and
+// reports exactly once. OpenAI / Anthropic / simulated providers implement it; the queue does
+// not know which one it drives.
+#include <chrono>
+#include <system_error>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+
+#include "laneq/detail/unique_function.hpp"
+#include "laneq/request.hpp"
+
+namespace laneq {
+
+struct CallContext {
+  asio::any_io_executor executor;      // where the provider may run its I/O and timers
+  asio::cancellation_slot cancel;      // emitted (terminal) to abort the call; may be unconnected
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+// Invoked exactly once, from any thread. On failure the Response may still carry the HTTP
+// status and the provider's error type/message.
+using CallCompletion = detail::unique_function<void(std::error_code, Response)>;
+
+class Provider {
+ public:
+  virtual ~Provider() = default;
+
+  // Starts one call. `request` stays valid until `done` is invoked. Must not invoke `done`
+  // inline (post it) and must not block. Cancellation: when `ctx.cancel` is emitted the call is
+  // aborted and `done` gets an error (any; the queue reports `cancelled` or `timeout`). The
+  // queue emits `ctx.cancel` on `ctx.executor`. Failures are reported through `done`, never thrown.
+  virtual void async_call(const Request& request, CallContext ctx,
+                          CallCompletion done) noexcept = 0;
+
+  // Short name for metrics and logs ("openai", "simulated", ...).
+  virtual const char* name() const noexcept = 0;
+};
+
+}  // namespace laneq

@@ -1,0 +1,71 @@
+#pragma once
+// What a caller submits (Request + SubmitOptions) and what it gets back (Response).
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "laneq/client_id.hpp"
+#include "laneq/priority.hpp"
+
+namespace laneq {
+
+struct Message {
+  std::string role{};   // "system", "user", "assistant", ...
+  std::string content{};
+};
+
+// A provider-neutral chat request. Providers turn it into their wire format.
+struct Request {
+  std::string model{};
+  std::vector<Message> messages{};
+  std::int32_t max_tokens = 0;          // 0 = provider default
+  bool stream = false;
+  nlohmann::json extra = nullptr;       // extra JSON fields passed through to the provider body
+};
+
+// How a request is scheduled. Designated initializers: {.priority = Priority::critical, ...}.
+// Trivially copyable on purpose (see client_id.hpp).
+struct SubmitOptions {
+  Priority priority = Priority::normal;              // names a lane of QueueConfig::lanes
+  ClientId client{};                                 // tenant for fair scheduling ("" = default)
+  std::optional<std::chrono::milliseconds> timeout{};  // queue wait + call; overrides the lane's
+  std::uint32_t cost = 1;                            // fairness cost (DRR), e.g. tokens; ≥ 1
+};
+
+static_assert(std::is_trivially_copyable_v<SubmitOptions>);
+
+struct Usage {
+  std::int64_t input_tokens = 0;
+  std::int64_t output_tokens = 0;
+  std::int64_t total() const noexcept { return input_tokens + output_tokens; }
+};
+
+// Header names as received; look-ups through Response::header() ignore case.
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct Response {
+  int status = 0;                  // HTTP status (0 when no HTTP exchange happened)
+  std::string text{};              // first choice / concatenated text blocks
+  Usage usage{};
+  std::string finish_reason{};
+  Headers headers{};
+  nlohmann::json raw = nullptr;    // the provider's JSON body, as parsed
+  // On failure: the provider's error type and message, when it sent them.
+  std::string error_type{};
+  std::string error_message{};
+  // Filled by the queue.
+  std::uint32_t attempts = 0;
+  std::chrono::nanoseconds queue_wait{0};
+  std::chrono::nanoseconds service_time{0};
+
+  // Case-insensitive header look-up; nullptr when absent.
+  const std::string* header(std::string_view name) const noexcept;
+};
+
+}  // namespace laneq

@@ -1,0 +1,154 @@
+#pragma once
+// RequestQueue: priority lanes + fair scheduling in front of a Provider, inside the user's own
+// io_context. State lives on a strand; a fixed set of worker coroutines (co_spawned by start())
+// take requests from the Scheduler and call the Provider; each submit completes exactly once.
+//
+//   laneq::RequestQueue queue{io.get_executor(), provider, {.workers = 8, .reserved_workers = 2}};
+//   queue.start();
+//   laneq::Response r = co_await queue.submit(req, {.priority = laneq::Priority::critical});
+//
+// Lifetime: the queue must outlive every operation it started; destroy it after its io_context
+// stopped running (or after shutdown() completed). The Provider must outlive the queue.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+
+#include "laneq/detail/submit_op.hpp"
+#include "laneq/error.hpp"
+#include "laneq/metrics.hpp"
+#include "laneq/priority.hpp"
+#include "laneq/provider.hpp"
+#include "laneq/request.hpp"
+
+namespace laneq {
+
+// What a lane does when the queue holds max_pending requests.
+enum class WhenFull { wait, reject };
+
+struct LaneConfig {
+  Priority priority = Priority::normal;
+  std::string name{};                        // for metrics; "" = priority_name() or "p<N>"
+  std::chrono::milliseconds timeout{0};      // default deadline (queue wait + call); 0 = none
+  std::chrono::milliseconds age_step{0};     // aging: one lane better per age_step; 0 = off
+  bool reserved = false;                     // reserved workers serve only reserved lanes
+  WhenFull when_full = WhenFull::wait;       // backpressure: wait for room, or fail queue_full
+};
+
+// critical (reserved, 30 s), high (60 s), normal (2 min), low (5 min), background (10 min);
+// all wait for room when full; no aging.
+std::vector<LaneConfig> default_lanes();
+
+struct QueueConfig {
+  std::size_t workers = 8;                   // worker coroutines (= max calls in flight), >= 1
+  std::size_t reserved_workers = 0;          // of `workers`, serving reserved lanes only; < workers
+  std::size_t max_pending = 100'000;         // queued requests (all lanes), >= 1
+  std::size_t max_pending_per_client = 0;    // 0 = unlimited; beyond -> client_queue_full
+  std::vector<LaneConfig> lanes = default_lanes();
+  std::uint32_t quantum = 1;                 // DRR cost units per weight per turn, >= 1
+  std::map<std::string, std::uint32_t> client_weights{};  // DRR weights (default 1), each >= 1
+  std::size_t metrics_max_clients = 1000;    // distinct clients tracked in metrics
+};
+
+struct ShutdownOptions {
+  bool drain = true;  // true: finish queued + in-flight; false: fail queued with shutting_down
+};
+
+// Thrown by the coroutine wrappers; carries the provider's answer when there was one.
+class RequestError : public std::system_error {
+ public:
+  RequestError(std::error_code ec, Response r)
+      : std::system_error(ec, r.error_message.empty()
+                                  ? std::string("laneq request failed")
+                                  : "laneq request failed (provider: " + r.error_message + ")"),
+        response_(std::move(r)) {}
+  const Response& response() const noexcept { return response_; }
+
+ private:
+  Response response_;
+};
+
+class RequestQueue {
+ public:
+  using executor_type = asio::any_io_executor;
+
+  // Throws std::system_error(errc::invalid_config) naming the bad field.
+  RequestQueue(executor_type ex, Provider& provider, QueueConfig config = {});
+  ~RequestQueue();
+  RequestQueue(const RequestQueue&) = delete;
+  RequestQueue& operator=(const RequestQueue&) = delete;
+
+  // co_spawns the worker coroutines, once. Submits made before start() wait in the queue.
+  void start();
+
+  // Queues a request; completes with void(std::error_code, Response), exactly once, on the
+  // handler's associated executor (default: the queue's executor).
+  // Errors: unknown_lane, queue_full, client_queue_full, shutting_down (at submit); timeout,
+  // cancelled, shutting_down (later); provider errors from the call.
+  // Cancellation (terminal/partial via the handler's cancellation slot): a waiting or queued
+  // request is removed and completes with `cancelled` without reaching the provider; an
+  // in-flight call completes with `cancelled` at once and the provider call is aborted.
+  template <class CompletionToken>
+  auto async_submit(Request request, SubmitOptions options, CompletionToken&& token) {
+    return asio::async_initiate<CompletionToken, void(std::error_code, Response)>(
+        [this](auto handler, Request req, SubmitOptions opts) {
+          using op_type = detail::submit_op<std::decay_t<decltype(handler)>>;
+          auto* op = new op_type(std::move(handler), std::move(req), std::move(opts), executor_);
+          op->install_cancellation(impl_.get());
+          detail::queue_admit(impl_.get(), op);
+        },
+        token, std::move(request), std::move(options));
+  }
+
+  // Coroutine convenience: throws RequestError (a std::system_error) on failure.
+  asio::awaitable<Response> submit(Request request, SubmitOptions options = {});
+
+  // Stops admission (new submits fail with shutting_down); with drain, requests waiting for
+  // room, queued and in flight all finish; without, waiting and queued ones fail with
+  // shutting_down and in-flight ones finish. Completes void(std::error_code) once every
+  // worker has stopped; before start() there are no workers, so queued requests fail.
+  template <class CompletionToken>
+  auto async_shutdown(ShutdownOptions options, CompletionToken&& token) {
+    return asio::async_initiate<CompletionToken, void(std::error_code)>(
+        [this](auto handler, ShutdownOptions opts) {
+          start_shutdown(opts, detail::unique_function<void(std::error_code)>(
+                                   wrap_on_associated_executor(std::move(handler))));
+        },
+        token, options);
+  }
+  asio::awaitable<void> shutdown(ShutdownOptions options = {});
+
+  // Thread-safe snapshot of the counters and latency percentiles.
+  MetricsSnapshot metrics() const;
+
+  // DRR weight of a client (>= 1), from its next turn. Thread-safe (posts to the strand).
+  void set_client_weight(std::string client, std::uint32_t weight);
+
+  executor_type get_executor() const noexcept { return executor_; }
+  const QueueConfig& config() const noexcept;
+
+ private:
+  template <class Handler>
+  auto wrap_on_associated_executor(Handler h) {
+    auto ex = asio::get_associated_executor(h, executor_);
+    return [h = std::move(h), work = asio::make_work_guard(ex)](std::error_code ec) mutable {
+      auto ex2 = work.get_executor();
+      asio::post(ex2, [h = std::move(h), ec]() mutable { std::move(h)(ec); });
+      work.reset();
+    };
+  }
+  void start_shutdown(ShutdownOptions opts, detail::unique_function<void(std::error_code)> done);
+
+  executor_type executor_;
+  std::unique_ptr<detail::queue_impl> impl_;
+};
+
+}  // namespace laneq

@@ -1,0 +1,187 @@
+#pragma once
+// The scheduler: pure decision logic (no Asio, no clock of its own, no I/O). It answers "which
+// queued request runs next" and "which queued requests have expired", with time passed in.
+//
+// Order:
+//   1. lanes: lower rank (= lower priority value) first; with aging, a request's effective rank
+//      improves one step per its lane's `age_step` waited; equal effective rank -> older first;
+//   2. inside a lane: clients in (deficit) round-robin, `weight` x `quantum` cost units per turn;
+//   3. inside a client and lane: FIFO.
+// A request promoted by aging is taken from the head of its lane (the oldest one).
+//
+// Complexity (n = queued requests, c = clients, L = lanes, L <= 64):
+//   push            O(1) amortized (+ O(log n) when the item has an explicit deadline)
+//   pop             O(L); O(1) in n and c when quantum*weight >= cost (otherwise
+//                   O(cost / (quantum*weight)) turns per pop)
+//   remove(id)      O(1) (+ O(log n) for explicit-deadline items)
+//   pop_expired     O(L + log n) per expired item; next_deadline O(L)
+// Lane-default deadlines are monotone within a lane, so they need no heap: only per-request
+// overrides live in a binary heap.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace laneq {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+using Duration = Clock::duration;
+
+struct SchedulerLane {
+  int priority = 0;             // lanes are ranked by this (ascending); must be unique
+  Duration timeout{0};          // default deadline after enqueue; 0 = none
+  Duration age_step{0};         // aging: one rank better per age_step waited; 0 = off
+  bool reserved = false;        // reserved workers take only reserved lanes
+};
+
+struct SchedulerConfig {
+  std::vector<SchedulerLane> lanes{};        // any order; ranked by priority
+  std::size_t max_pending = 0;               // total capacity; 0 = unlimited
+  std::size_t max_pending_per_client = 0;    // per client, all lanes; 0 = unlimited
+  std::uint32_t quantum = 1;                 // DRR cost units per weight per turn
+};
+
+class Scheduler {
+ public:
+  using ItemId = std::uint64_t;                // 0 is never a valid id
+  static constexpr std::uint32_t npos = 0xffffffffu;
+
+  enum class PushStatus { ok, queue_full, client_queue_full, unknown_lane };
+
+  struct PushArgs {
+    std::size_t lane = 0;                      // lane index (see lane_index())
+    std::string_view client;
+    std::uint64_t payload = 0;                 // opaque, returned by pop
+    TimePoint enqueued_at{};
+    std::optional<TimePoint> deadline{};       // overrides the lane default
+    std::uint32_t cost = 1;                    // DRR cost (>= 1)
+  };
+
+  struct PushResult {
+    PushStatus status;
+    ItemId id = 0;
+  };
+
+  struct Item {
+    ItemId id = 0;
+    std::uint64_t payload = 0;
+    std::size_t lane = 0;
+    TimePoint enqueued_at{};
+    std::optional<TimePoint> deadline{};
+  };
+
+  // Throws std::invalid_argument naming the bad field (no lanes, > 64 lanes, duplicate priority,
+  // zero quantum, negative timeout/age_step).
+  explicit Scheduler(SchedulerConfig config);
+
+  // Lane index for a priority value, or npos.
+  std::uint32_t lane_index(int priority) const noexcept;
+  std::size_t lane_count() const noexcept { return lanes_.size(); }
+  const SchedulerLane& lane(std::size_t index) const { return lanes_[index].spec; }
+
+  PushResult push(const PushArgs& args);
+
+  // Best item for any worker / for a reserved worker (reserved lanes only), or nullopt.
+  std::optional<Item> pop(TimePoint now);
+  std::optional<Item> pop_reserved(TimePoint now);
+  bool has_reserved_work() const noexcept { return (nonempty_ & reserved_mask_) != 0; }
+
+  // Removes a queued item (cancel). nullopt if it is not queued (popped, removed, unknown).
+  std::optional<Item> remove(ItemId id);
+
+  // Earliest deadline among queued items, if any.
+  std::optional<TimePoint> next_deadline() const;
+  // Removes and returns one item whose deadline is <= now, earliest first.
+  std::optional<Item> pop_expired(TimePoint now);
+
+  // Weight of a client for DRR (default 1). Applies from its next turn.
+  void set_client_weight(std::string_view client, std::uint32_t weight);
+
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  bool full() const noexcept { return cfg_.max_pending != 0 && size_ >= cfg_.max_pending; }
+  std::size_t lane_size(std::size_t lane) const { return lanes_[lane].count; }
+  std::size_t client_size(std::string_view client) const;
+  std::size_t client_count() const noexcept { return clients_by_name_.size(); }
+  std::size_t max_pending() const noexcept { return cfg_.max_pending; }
+
+ private:
+  struct Node {
+    std::uint64_t seq;
+    TimePoint enqueued_at;
+    TimePoint deadline;
+    std::uint64_t payload;
+    std::uint32_t gen = 1;
+    std::uint32_t client = npos;          // npos = free slot
+    std::uint32_t cost;
+    std::uint32_t lane_prev, lane_next;   // lane list, seq order
+    std::uint32_t cl_prev, cl_next;       // client-in-lane FIFO
+    std::uint32_t dl_prev, dl_next;       // lane-default deadline list (or heap_pos in dl_prev)
+    std::uint16_t lane;
+    std::uint8_t deadline_kind;           // 0 none, 1 lane default (list), 2 explicit (heap)
+  };
+  struct ClientLane {
+    std::uint32_t head = npos, tail = npos;
+    std::uint32_t count = 0;
+    std::uint32_t ring_prev = npos, ring_next = npos;
+    std::int64_t deficit = 0;
+  };
+  struct Client {
+    std::string name;
+    std::uint32_t weight = 1;
+    std::size_t pending = 0;
+    std::vector<ClientLane> lanes;
+  };
+  struct Lane {
+    SchedulerLane spec;
+    std::uint32_t head = npos, tail = npos;        // all items, seq order
+    std::uint32_t dl_head = npos, dl_tail = npos;  // lane-default deadline items
+    std::uint32_t current = npos;                  // client whose turn it is
+    bool fresh_turn = true;                        // current has not yet got its quantum
+    std::size_t count = 0;
+  };
+
+  std::optional<Item> pop_masked(TimePoint now, std::uint64_t mask);
+  std::uint32_t pop_round_robin(std::size_t lane);
+  std::uint32_t client_for(std::string_view name);
+  Item unlink(std::uint32_t slot);
+  void ring_insert(std::size_t lane, std::uint32_t client);
+  void ring_erase(std::size_t lane, std::uint32_t client);
+  void heap_up(std::size_t pos);
+  void heap_down(std::size_t pos);
+  void heap_erase(std::size_t pos);
+  void collect_idle_clients();
+  ItemId id_of(std::uint32_t slot) const noexcept {
+    return (static_cast<std::uint64_t>(nodes_[slot].gen) << 32) | slot;
+  }
+
+  SchedulerConfig cfg_;
+  std::vector<Lane> lanes_;                // ranked by priority
+  std::uint64_t nonempty_ = 0;             // bit r set: lane r has items
+  std::uint64_t reserved_mask_ = 0;
+  std::uint64_t aging_mask_ = 0;
+  std::vector<Node> nodes_;
+  std::uint32_t free_head_ = npos;         // free nodes, linked through lane_next
+  std::vector<std::uint32_t> heap_;        // explicit-deadline items (slots), min-heap
+  std::vector<Client> clients_;
+  std::vector<std::uint32_t> free_clients_;
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  using NameMap = std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>>;
+  NameMap clients_by_name_;
+  NameMap weights_;
+  std::size_t idle_clients_ = 0;
+  std::size_t size_ = 0;
+  std::uint64_t next_seq_ = 1;
+};
+
+}  // namespace laneq

@@ -1,0 +1,71 @@
+#pragma once
+// SimulatedProvider: a Provider that answers after a timer, for tests, samples and benchmarks.
+// Latency = fixed + uniform jitter (or a function of the request); usage = a rough prompt
+// estimate + a configurable completion size; failures injected at a rate or scripted per call.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <random>
+
+#include "laneq/error.hpp"
+#include "laneq/provider.hpp"
+
+namespace laneq {
+
+struct SimulatedProviderConfig {
+  std::chrono::nanoseconds latency{0};       // fixed part; 0 = answer on the next loop turn
+  std::chrono::nanoseconds jitter{0};        // + uniform [0, jitter)
+  // Overrides latency/jitter when set (e.g. per-model latency); called under a lock.
+  std::function<std::chrono::nanoseconds(const Request&, std::mt19937_64&)> latency_fn{};
+  std::int64_t output_tokens = 16;           // completion size (capped by max_tokens when set)
+  double failure_rate = 0.0;                 // share of calls failing with `failure`
+  std::error_code failure = errc::server_error;
+  int failure_status = 500;
+  std::uint64_t seed = 42;
+};
+
+// One scripted answer; consumed in order before random behaviour applies.
+struct SimulatedOutcome {
+  std::error_code error{};                   // empty = success
+  int status = 200;
+  Headers headers{};
+  std::optional<std::chrono::nanoseconds> latency{};
+};
+
+class SimulatedProvider final : public Provider {
+ public:
+  explicit SimulatedProvider(SimulatedProviderConfig config = {});
+
+  void async_call(const Request& request, CallContext ctx, CallCompletion done) noexcept override;
+  const char* name() const noexcept override { return "simulated"; }
+
+  void script(SimulatedOutcome outcome);     // thread-safe
+
+  // Observations (thread-safe).
+  std::uint64_t calls() const noexcept { return calls_.load(); }
+  std::uint64_t aborted() const noexcept { return aborted_.load(); }
+  std::int64_t in_flight() const noexcept { return in_flight_.load(); }
+  std::int64_t max_in_flight() const noexcept { return max_in_flight_.load(); }
+
+ private:
+  struct plan {
+    std::chrono::nanoseconds latency;
+    SimulatedOutcome outcome;
+  };
+  plan next_plan(const Request& request);
+
+  SimulatedProviderConfig cfg_;
+  std::mutex mu_;
+  std::mt19937_64 rng_;
+  std::deque<SimulatedOutcome> script_;
+  std::atomic<std::uint64_t> calls_{0};
+  std::atomic<std::uint64_t> aborted_{0};
+  std::atomic<std::int64_t> in_flight_{0};
+  std::atomic<std::int64_t> max_in_flight_{0};
+};
+
+}  // namespace laneq

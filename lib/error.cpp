@@ -1,0 +1,53 @@
+#include "laneq/error.hpp"
+
+namespace laneq {
+namespace {
+
+class category final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "laneq"; }
+
+  std::string message(int ev) const override {
+    switch (static_cast<errc>(ev)) {
+      case errc::queue_full:
+        return "queue_full: the queue holds QueueConfig::max_pending requests; retry later, raise "
+               "max_pending, or let the lane wait for room (LaneConfig::when_full = wait)";
+      case errc::client_queue_full:
+        return "client_queue_full: this client already has QueueConfig::max_pending_per_client "
+               "requests queued; wait for some to finish";
+      case errc::timeout:
+        return "timeout: the request's deadline (queue wait + call) passed; raise "
+               "SubmitOptions::timeout or the lane's default timeout";
+      case errc::cancelled: return "cancelled: the caller cancelled the request";
+      case errc::shutting_down:
+        return "shutting_down: the queue is shutting down and admits or keeps no more requests";
+      case errc::unknown_lane:
+        return "unknown_lane: SubmitOptions::priority is not one of QueueConfig::lanes";
+      case errc::invalid_config: return "invalid_config: a configuration value is out of range";
+      case errc::not_started: return "not_started: call RequestQueue::start() first";
+      case errc::rate_limited: return "rate_limited: the provider answered 429 (rate limit)";
+      case errc::overloaded: return "overloaded: the provider is overloaded (529/503)";
+      case errc::auth: return "auth: the provider rejected the API key (401/403)";
+      case errc::bad_request: return "bad_request: the provider rejected the request (400/404/422)";
+      case errc::request_too_large:
+        return "request_too_large: the request exceeds what the provider accepts";
+      case errc::quota_exceeded:
+        return "quota_exceeded: the account's quota is used up (not a rate limit; do not retry)";
+      case errc::server_error: return "server_error: the provider failed (5xx)";
+      case errc::network: return "network: the connection to the provider failed";
+      case errc::malformed_response:
+        return "malformed_response: the provider's answer could not be parsed";
+      case errc::internal: return "internal: unexpected failure inside laneq or the provider";
+    }
+    return "laneq: unknown error " + std::to_string(ev);
+  }
+};
+
+}  // namespace
+
+const std::error_category& error_category() noexcept {
+  static const category instance;
+  return instance;
+}
+
+}  // namespace laneq

@@ -1,0 +1,424 @@
+#include "laneq/metrics.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+namespace laneq {
+
+// ---- LatencyHistogram ----------------------------------------------------------------------
+
+namespace {
+constexpr std::uint64_t clamp_us = std::uint64_t{1} << 36;
+
+// Bucket of a value in microseconds: 0..7 exact; then for 2^e <= us < 2^(e+1), 8 sub-buckets of
+// width 2^(e-3), numbered from (e-2)*8. The last bucket (e = 35, sub 7) also takes everything
+// >= 2^36.
+constexpr std::size_t bucket_of(std::uint64_t us) noexcept {
+  if (us < 8) return static_cast<std::size_t>(us);
+  if (us >= clamp_us) return LatencyHistogram::bucket_count - 1;
+  const auto e = static_cast<unsigned>(std::bit_width(us)) - 1;  // 3..35
+  return (e - 2) * 8 + static_cast<std::size_t>((us >> (e - 3)) & 7);
+}
+static_assert(bucket_of(clamp_us - 1) == LatencyHistogram::bucket_count - 1);
+
+// Midpoint of a bucket, in nanoseconds.
+constexpr std::int64_t midpoint_ns(std::size_t i) noexcept {
+  if (i < 8) return static_cast<std::int64_t>(i) * 1000 + 500;
+  const auto shift = i / 8 - 1;  // e - 3
+  const auto lo = static_cast<std::int64_t>(8 + i % 8) << shift;
+  return lo * 1000 + (std::int64_t{500} << shift);
+}
+}  // namespace
+
+void LatencyHistogram::record(std::chrono::nanoseconds d) noexcept {
+  const std::int64_t ns = std::max<std::int64_t>(d.count(), 0);
+  ++buckets_[bucket_of(static_cast<std::uint64_t>(ns) / 1000)];
+  min_ns_ = count_ == 0 ? ns : std::min(min_ns_, ns);
+  max_ns_ = std::max(max_ns_, ns);
+  sum_s_ += static_cast<double>(ns) * 1e-9;
+  ++count_;
+}
+
+void LatencyHistogram::merge(const LatencyHistogram& o) noexcept {
+  if (o.count_ == 0) return;
+  for (std::size_t i = 0; i < bucket_count; ++i) buckets_[i] += o.buckets_[i];
+  min_ns_ = count_ == 0 ? o.min_ns_ : std::min(min_ns_, o.min_ns_);
+  max_ns_ = std::max(max_ns_, o.max_ns_);
+  sum_s_ += o.sum_s_;
+  count_ += o.count_;
+}
+
+std::chrono::nanoseconds LatencyHistogram::percentile(double q) const noexcept {
+  if (count_ == 0) return std::chrono::nanoseconds(0);
+  if (q >= 1) return max();
+  if (!(q > 0)) q = 0;  // also NaN
+  const auto rank = std::max<std::uint64_t>(
+      1, static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(count_))));
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < bucket_count; ++i) {
+    seen += buckets_[i];
+    if (seen >= rank)
+      return std::chrono::nanoseconds(std::clamp(midpoint_ns(i), min_ns_, max_ns_));
+  }
+  return max();  // unreachable: the buckets add up to count_
+}
+
+LatencySummary summarize(const LatencyHistogram& h) noexcept {
+  const auto ms = [](std::chrono::nanoseconds d) { return static_cast<double>(d.count()) / 1e6; };
+  return {.count = h.count(),
+          .p50_ms = ms(h.percentile(0.5)),
+          .p90_ms = ms(h.percentile(0.9)),
+          .p99_ms = ms(h.percentile(0.99)),
+          .max_ms = ms(h.max()),
+          .sum_ms = h.sum().count() * 1e3};
+}
+
+// ---- Metrics ------------------------------------------------------------------------------
+
+struct Metrics::Series {
+  struct Latency {
+    LatencyHistogram wait, service;
+  };
+  SeriesSnapshot n;              // counters and gauges; the summaries are filled by snapshot()
+  std::unique_ptr<Latency> lat;  // lanes: at construction; clients: at their first latency
+
+  Latency& latency() {
+    if (!lat) lat = std::make_unique<Latency>();
+    return *lat;
+  }
+  SeriesSnapshot snapshot() const {
+    SeriesSnapshot r = n;
+    if (lat) r.queue_wait = summarize(lat->wait), r.service_time = summarize(lat->service);
+    return r;
+  }
+};
+
+namespace {
+constexpr std::string_view other_client = "_other";
+
+void add_counters(SeriesSnapshot& t, const SeriesSnapshot& s) {
+  t.depth += s.depth, t.in_flight += s.in_flight, t.waiting += s.waiting;
+  t.submitted += s.submitted, t.started += s.started, t.succeeded += s.succeeded;
+  t.failed += s.failed, t.rejected += s.rejected, t.expired += s.expired;
+  t.cancelled += s.cancelled, t.retried += s.retried;
+}
+}  // namespace
+
+Metrics::Metrics(std::vector<LaneInfo> lanes, std::size_t max_clients)
+    : lane_info_(std::move(lanes)),
+      lanes_(lane_info_.size()),
+      max_clients_(max_clients),
+      start_(std::chrono::steady_clock::now()) {
+  // Prometheus requires distinct label sets: two lanes with one name would break a scrape.
+  for (std::size_t i = 0; i < lane_info_.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (lane_info_[i].name == lane_info_[j].name)
+        throw std::invalid_argument("Metrics: duplicate lane name '" + lane_info_[i].name + "'");
+  for (auto& s : lanes_) s.latency();
+}
+
+Metrics::~Metrics() = default;
+
+Metrics::ClientRef Metrics::client(std::string_view name) {
+  std::lock_guard lock(mu_);
+  if (auto it = clients_.find(name); it != clients_.end()) return ClientRef(it->second.get());
+  const bool own = named_clients_ < max_clients_ && name != other_client;
+  auto& slot = clients_[own ? std::string(name) : std::string(other_client)];
+  if (!slot) {
+    slot = std::make_unique<Series>();
+    named_clients_ += own;
+  }
+  return ClientRef(slot.get());
+}
+
+template <class F>
+void Metrics::update(std::size_t lane, ClientRef c, F&& f) {
+  if (lane >= lanes_.size()) return;
+  std::lock_guard lock(mu_);
+  f(lanes_[lane]);
+  if (c.s_) f(*c.s_);
+}
+
+void Metrics::submitted(std::size_t lane, ClientRef c) {
+  update(lane, c, [](Series& s) { ++s.n.submitted; });
+}
+
+void Metrics::rejected(std::size_t lane, ClientRef c) {
+  update(lane, c, [](Series& s) { ++s.n.rejected; });
+}
+
+void Metrics::waiting(std::size_t lane, ClientRef c) {
+  update(lane, c, [](Series& s) { ++s.n.waiting; });
+}
+
+void Metrics::enqueued(std::size_t lane, ClientRef c, bool was_waiting) {
+  update(lane, c, [&](Series& s) {
+    ++s.n.depth;
+    s.n.waiting -= was_waiting;
+  });
+}
+
+void Metrics::started(std::size_t lane, ClientRef c, std::chrono::nanoseconds queue_wait) {
+  update(lane, c, [&](Series& s) {
+    --s.n.depth, ++s.n.in_flight, ++s.n.started;
+    s.latency().wait.record(queue_wait);
+  });
+}
+
+void Metrics::requeued(std::size_t lane, ClientRef c) {
+  update(lane, c, [](Series& s) { --s.n.in_flight, ++s.n.depth, ++s.n.retried; });
+}
+
+void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
+                       std::chrono::nanoseconds service_time) {
+  update(lane, c, [&](Series& s) {
+    switch (o) {
+      case Outcome::succeeded: ++s.n.succeeded; break;
+      case Outcome::failed: ++s.n.failed; break;
+      case Outcome::expired: ++s.n.expired; break;
+      case Outcome::cancelled: ++s.n.cancelled; break;
+    }
+    switch (from) {
+      case From::waiting: --s.n.waiting; break;
+      case From::queued: --s.n.depth; break;
+      case From::in_flight:
+        --s.n.in_flight;
+        s.latency().service.record(service_time);
+        break;
+    }
+  });
+}
+
+MetricsSnapshot Metrics::snapshot() const {
+  MetricsSnapshot out;
+  out.lanes.resize(lane_info_.size());  // lane_info_ is immutable: no lock needed
+  for (std::size_t i = 0; i < lane_info_.size(); ++i)
+    out.lanes[i].name = lane_info_[i].name, out.lanes[i].priority = lane_info_[i].priority;
+  LatencyHistogram wait, service;
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+      out.lanes[i].stats = lanes_[i].snapshot();
+      add_counters(out.total, lanes_[i].n);
+      wait.merge(lanes_[i].lat->wait);
+      service.merge(lanes_[i].lat->service);
+    }
+    for (const auto& [name, s] : clients_)
+      out.clients.emplace_hint(out.clients.end(), name, s->snapshot());
+  }
+  out.total.queue_wait = summarize(wait);
+  out.total.service_time = summarize(service);
+  out.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return out;
+}
+
+// ---- export ---------------------------------------------------------------------------------
+
+namespace {
+
+nlohmann::json latency_json(const LatencySummary& l) {
+  return {{"count", l.count},   {"p50_ms", l.p50_ms}, {"p90_ms", l.p90_ms},
+          {"p99_ms", l.p99_ms}, {"max_ms", l.max_ms}, {"sum_ms", l.sum_ms}};
+}
+
+nlohmann::json series_json(const SeriesSnapshot& s) {
+  return {{"depth", s.depth},
+          {"in_flight", s.in_flight},
+          {"waiting", s.waiting},
+          {"submitted", s.submitted},
+          {"started", s.started},
+          {"succeeded", s.succeeded},
+          {"failed", s.failed},
+          {"rejected", s.rejected},
+          {"expired", s.expired},
+          {"cancelled", s.cancelled},
+          {"retried", s.retried},
+          {"queue_wait", latency_json(s.queue_wait)},
+          {"service_time", latency_json(s.service_time)}};
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const MetricsSnapshot& s) {
+  j = nlohmann::json::object();
+  j["uptime_s"] = s.uptime_s;
+  j["total"] = series_json(s.total);
+  auto& lanes = j["lanes"] = nlohmann::json::array();
+  for (const auto& l : s.lanes)
+    lanes.push_back({{"name", l.name}, {"priority", l.priority}, {"stats", series_json(l.stats)}});
+  auto& clients = j["clients"] = nlohmann::json::object();
+  for (const auto& [name, c] : s.clients) clients[name] = series_json(c);
+}
+
+nlohmann::json to_json(const MetricsSnapshot& s) {
+  nlohmann::json j;
+  to_json(j, s);
+  return j;
+}
+
+namespace {
+
+struct CounterFamily {
+  const char* name;
+  const char* help;
+  std::uint64_t SeriesSnapshot::*field;
+};
+constexpr CounterFamily counter_families[] = {
+    {"requests_submitted_total", "Requests submitted.", &SeriesSnapshot::submitted},
+    {"requests_started_total", "Attempts started by a worker (retries count again).",
+     &SeriesSnapshot::started},
+    {"requests_succeeded_total", "Requests that succeeded.", &SeriesSnapshot::succeeded},
+    {"requests_failed_total", "Requests that failed.", &SeriesSnapshot::failed},
+    {"requests_rejected_total", "Requests rejected at submit (queue full, client full, shutdown).",
+     &SeriesSnapshot::rejected},
+    {"requests_expired_total", "Requests whose deadline passed.", &SeriesSnapshot::expired},
+    {"requests_cancelled_total", "Requests cancelled.", &SeriesSnapshot::cancelled},
+    {"requests_retried_total", "Attempts put back into their lane for a retry.",
+     &SeriesSnapshot::retried},
+};
+
+struct GaugeFamily {
+  const char* name;
+  const char* help;
+  std::int64_t SeriesSnapshot::*field;
+};
+constexpr GaugeFamily gauge_families[] = {
+    {"queue_depth", "Requests queued now.", &SeriesSnapshot::depth},
+    {"in_flight", "Requests started and not finished.", &SeriesSnapshot::in_flight},
+    {"waiting", "Requests waiting for room in the queue (backpressure).",
+     &SeriesSnapshot::waiting},
+};
+
+struct SummaryFamily {
+  const char* name;
+  const char* help;
+  LatencySummary SeriesSnapshot::*field;
+};
+constexpr SummaryFamily summary_families[] = {
+    {"queue_wait_seconds", "Time from submit to start.", &SeriesSnapshot::queue_wait},
+    {"service_time_seconds", "Time from start to finish of started requests.",
+     &SeriesSnapshot::service_time},
+};
+
+void append_number(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "NaN";
+    return;
+  }
+  char buf[32];
+  out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
+
+void append_number(std::string& out, std::integral auto v) {
+  char buf[24];
+  out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
+
+void append_escaped(std::string& out, std::string_view v) {
+  for (char ch : v) {
+    if (ch == '\\') out += "\\\\";
+    else if (ch == '"') out += "\\\"";
+    else if (ch == '\n') out += "\\n";
+    else out += ch;
+  }
+}
+
+struct Labelled {
+  std::string_view value;
+  const SeriesSnapshot* s;
+};
+
+// One scope = one set of families ("laneq_" + lane label, or "laneq_client_" + client label).
+class Writer {
+ public:
+  Writer(std::string& out, std::string prefix, std::string_view label,
+         const std::vector<Labelled>& series)
+      : out_(out), prefix_(std::move(prefix)), label_(label), series_(series) {}
+
+  void write(const char* scope_help) {
+    for (const auto& f : counter_families) {
+      header(f.name, f.help, scope_help, "counter");
+      for (const auto& x : series_) sample(f.name, "", x.value, nullptr, x.s->*f.field);
+    }
+    for (const auto& f : gauge_families) {
+      header(f.name, f.help, scope_help, "gauge");
+      for (const auto& x : series_) sample(f.name, "", x.value, nullptr, x.s->*f.field);
+    }
+    for (const auto& f : summary_families) {
+      header(f.name, f.help, scope_help, "summary");
+      for (const auto& x : series_) {
+        const LatencySummary& l = x.s->*f.field;
+        // Quantiles of an empty summary are NaN, as the official Prometheus clients report them.
+        const double nan = std::nan("");
+        sample(f.name, "", x.value, "0.5", l.count ? l.p50_ms / 1e3 : nan);
+        sample(f.name, "", x.value, "0.9", l.count ? l.p90_ms / 1e3 : nan);
+        sample(f.name, "", x.value, "0.99", l.count ? l.p99_ms / 1e3 : nan);
+        sample(f.name, "_sum", x.value, nullptr, l.sum_ms / 1e3);
+        sample(f.name, "_count", x.value, nullptr, l.count);
+      }
+    }
+  }
+
+ private:
+  void header(const char* name, const char* help, const char* scope_help, const char* type) {
+    out_ += "# HELP ", out_ += prefix_, out_ += name, out_ += ' ', out_ += help;
+    out_ += scope_help, out_ += '\n';
+    out_ += "# TYPE ", out_ += prefix_, out_ += name, out_ += ' ', out_ += type, out_ += '\n';
+  }
+
+  void sample(const char* name, const char* suffix, std::string_view label_value,
+              const char* quantile, auto value) {
+    out_ += prefix_, out_ += name, out_ += suffix;
+    out_ += '{', out_ += label_, out_ += "=\"";
+    append_escaped(out_, label_value);
+    out_ += '"';
+    if (quantile) out_ += ",quantile=\"", out_ += quantile, out_ += '"';
+    out_ += "} ";
+    append_number(out_, value);
+    out_ += '\n';
+  }
+
+  std::string& out_;
+  std::string prefix_;
+  std::string_view label_;
+  const std::vector<Labelled>& series_;
+};
+
+bool valid_prefix(std::string_view p) {
+  const auto ok = [](char c, bool first) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+           (!first && c >= '0' && c <= '9');
+  };
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (!ok(p[i], i == 0)) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string to_prometheus(const MetricsSnapshot& s, std::string_view prefix) {
+  if (!valid_prefix(prefix))
+    throw std::invalid_argument("to_prometheus: prefix '" + std::string(prefix) +
+                                "' is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
+  const std::string p = prefix.empty() ? std::string() : std::string(prefix) + '_';
+  std::string out;
+  out.reserve(2048 + 1024 * (s.lanes.size() + s.clients.size()));
+
+  std::vector<Labelled> lanes, clients;
+  for (const auto& l : s.lanes) lanes.push_back({l.name, &l.stats});
+  for (const auto& [name, c] : s.clients) clients.push_back({name, &c});
+  Writer(out, p, "lane", lanes).write(" Per lane.");
+  if (!clients.empty()) Writer(out, p + "client_", "client", clients).write(" Per client.");
+
+  out += "# HELP " + p + "uptime_seconds Seconds since the metrics were created.\n";
+  out += "# TYPE " + p + "uptime_seconds gauge\n";
+  out += p + "uptime_seconds ";
+  append_number(out, s.uptime_s);
+  out += '\n';
+  return out;
+}
+
+}  // namespace laneq

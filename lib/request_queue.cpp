@@ -1,0 +1,550 @@
+#include "laneq/request_queue.hpp"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include <asio/bind_executor.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "laneq/scheduler.hpp"
+
+namespace laneq {
+
+std::vector<LaneConfig> default_lanes() {
+  using namespace std::chrono_literals;
+  return {
+      {.priority = Priority::critical, .name = "critical", .timeout = 30s, .reserved = true},
+      {.priority = Priority::high, .name = "high", .timeout = 60s},
+      {.priority = Priority::normal, .name = "normal", .timeout = 120s},
+      {.priority = Priority::low, .name = "low", .timeout = 300s},
+      {.priority = Priority::background, .name = "background", .timeout = 600s},
+  };
+}
+
+namespace detail {
+namespace {
+
+using steady = std::chrono::steady_clock;
+using op_ptr = submit_op_base*;
+using state = submit_op_base::state;
+constexpr auto never = steady::time_point::max();
+
+[[noreturn]] void bad_config(const std::string& what) {
+  throw std::system_error(make_error_code(errc::invalid_config), what);
+}
+
+std::string lane_name(const LaneConfig& l) {
+  if (!l.name.empty()) return l.name;
+  const auto n = priority_name(l.priority);
+  return n.empty() ? "p" + std::to_string(static_cast<int>(l.priority)) : std::string(n);
+}
+
+void validate(const QueueConfig& c) {
+  if (c.workers == 0) bad_config("QueueConfig::workers must be >= 1 (got 0)");
+  if (c.reserved_workers >= c.workers)
+    bad_config("QueueConfig::reserved_workers must be < workers (got " +
+               std::to_string(c.reserved_workers) + " of " + std::to_string(c.workers) + ")");
+  if (c.max_pending == 0) bad_config("QueueConfig::max_pending must be >= 1 (got 0)");
+  if (c.quantum == 0) bad_config("QueueConfig::quantum must be >= 1 (got 0)");
+  if (c.lanes.empty()) bad_config("QueueConfig::lanes must name at least one lane");
+  if (c.lanes.size() > 64) bad_config("QueueConfig::lanes: at most 64 lanes");
+  bool any_reserved = false;
+  for (std::size_t i = 0; i < c.lanes.size(); ++i) {
+    const auto& l = c.lanes[i];
+    const std::string where = "QueueConfig::lanes[" + std::to_string(i) + "] (" + lane_name(l) + ")";
+    if (l.timeout.count() < 0) bad_config(where + ".timeout must be >= 0");
+    if (l.age_step.count() < 0) bad_config(where + ".age_step must be >= 0");
+    for (std::size_t j = 0; j < i; ++j)
+      if (c.lanes[j].priority == l.priority)
+        bad_config(where + ".priority " + std::to_string(static_cast<int>(l.priority)) +
+                   " is used by lanes[" + std::to_string(j) + "] too");
+    any_reserved = any_reserved || l.reserved;
+  }
+  if (c.reserved_workers > 0 && !any_reserved)
+    bad_config("QueueConfig::reserved_workers > 0 but no lane has reserved = true");
+  for (const auto& [client, w] : c.client_weights)
+    if (w == 0) bad_config("QueueConfig::client_weights[\"" + client + "\"] must be >= 1");
+}
+
+SchedulerConfig scheduler_config(const QueueConfig& c) {
+  SchedulerConfig s{.max_pending = c.max_pending,
+                    .max_pending_per_client = c.max_pending_per_client,
+                    .quantum = c.quantum};
+  for (const auto& l : c.lanes)
+    s.lanes.push_back({.priority = static_cast<int>(l.priority),
+                       .timeout = l.timeout,
+                       .age_step = l.age_step,
+                       .reserved = l.reserved});
+  return s;
+}
+
+std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfig& c) {
+  // Metrics follow the scheduler's lane order (by priority).
+  std::vector<Metrics::LaneInfo> out;
+  for (std::size_t i = 0; i < s.lane_count(); ++i)
+    for (const auto& l : c.lanes)
+      if (static_cast<int>(l.priority) == s.lane(i).priority)
+        out.push_back({lane_name(l), static_cast<int>(l.priority)});
+  return out;
+}
+
+}  // namespace
+
+struct worker {
+  bool reserved = false;
+  op_ptr current = nullptr;
+  asio::cancellation_signal signal;
+  unique_function<void(op_ptr)> parked;
+};
+
+class queue_impl {
+ public:
+  queue_impl(asio::any_io_executor ex, Provider& provider, QueueConfig cfg)
+      : cfg_((validate(cfg), std::move(cfg))),
+        strand_(asio::make_strand(ex)),
+        provider_(provider),
+        sched_(scheduler_config(cfg_)),
+        metrics_(metric_lanes(sched_, cfg_), cfg_.metrics_max_clients),
+        timer_(strand_) {
+    for (const auto& [client, w] : cfg_.client_weights) sched_.set_client_weight(client, w);
+    lane_when_full_.resize(sched_.lane_count());
+    for (std::size_t i = 0; i < sched_.lane_count(); ++i)
+      for (const auto& l : cfg_.lanes)
+        if (static_cast<int>(l.priority) == sched_.lane(i).priority)
+          lane_when_full_[i] = l.when_full;
+  }
+
+  ~queue_impl() {
+    // Parked workers hold their coroutine frames through these handlers; dropping them destroys
+    // the frames. Requests still queued are dropped without completion (the loop is gone).
+    for (auto& w : workers_) w->parked.reset();
+  }
+
+  // --- entry points (any thread) ---
+
+  void post_admit(op_ptr op) {
+    asio::post(strand_, [this, op] { admit(op); });
+  }
+
+  void post_cancel(op_ptr op) {
+    op->add_ref();
+    asio::post(strand_, [this, op] {
+      cancel(op);
+      op->release();
+    });
+  }
+
+  void start() {
+    asio::post(strand_, [this] {
+      if (started_ || stopping_) return;
+      started_ = true;
+      for (std::size_t i = 0; i < cfg_.workers; ++i) {
+        auto w = std::make_unique<worker>();
+        w->reserved = i < cfg_.reserved_workers;
+        ++workers_alive_;
+        asio::co_spawn(strand_, run_worker(*w), asio::detached);
+        workers_.push_back(std::move(w));
+      }
+    });
+  }
+
+  void start_shutdown(ShutdownOptions opts, unique_function<void(std::error_code)> done) {
+    asio::post(strand_, [this, opts, done = std::move(done)]() mutable {
+      if (stopped_) {
+        done(std::error_code{});
+        return;
+      }
+      stopping_ = true;
+      if (!opts.drain) drain_ = false;
+      shutdown_waiters_.push_back(std::move(done));
+      // Submits already waiting for room were made before shutdown: drain keeps them too.
+      if (!drain_ || !started_) {
+        while (wait_head_) {
+          op_ptr op = wait_head_;
+          unlink_waiting(op);
+          finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::waiting);
+        }
+        while (auto item = sched_.pop(steady::now())) {
+          auto* op = reinterpret_cast<op_ptr>(item->payload);
+          finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::queued);
+        }
+      }
+      check_shutdown();
+    });
+  }
+
+  void set_client_weight(std::string client, std::uint32_t weight) {
+    asio::post(strand_, [this, client = std::move(client), weight] {
+      sched_.set_client_weight(client, weight);
+    });
+  }
+
+  MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  const QueueConfig& config() const noexcept { return cfg_; }
+
+ private:
+  // --- admission (strand) ---
+
+  void admit(op_ptr op) {
+    const auto now = steady::now();
+    op->submitted_at = now;
+    const auto lane = sched_.lane_index(static_cast<int>(op->options.priority));
+    if (lane == Scheduler::npos) {
+      op->complete(errc::unknown_lane, Response{});
+      return;
+    }
+    op->lane = lane;
+    op->client_ref = metrics_.client(op->options.client);
+    metrics_.submitted(lane, op->client_ref);
+    if (op->cancel_requested) {  // cancelled before it reached the strand
+      metrics_.waiting(lane, op->client_ref);
+      return finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::waiting);
+    }
+    if (stopping_) return reject(op, errc::shutting_down);
+    if (cfg_.max_pending_per_client != 0 &&
+        sched_.client_size(op->options.client) >= cfg_.max_pending_per_client)
+      return reject(op, errc::client_queue_full);
+
+    if (op->options.timeout) {
+      op->deadline = now + *op->options.timeout;
+      if (*op->options.timeout <= std::chrono::milliseconds::zero()) {
+        op->st = state::waiting;  // count it through the waiting path so the books balance
+        metrics_.waiting(lane, op->client_ref);
+        return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::waiting);
+      }
+    } else if (const auto t = sched_.lane(lane).timeout; t.count() > 0) {
+      op->deadline = now + t;
+    }
+
+    if (sched_.full() || wait_head_ != nullptr) {
+      if (lane_when_full_[lane] == WhenFull::reject) return reject(op, errc::queue_full);
+      op->st = state::waiting;
+      op->wprev = wait_tail_;
+      op->wnext = nullptr;
+      (wait_tail_ ? wait_tail_->wnext : wait_head_) = op;
+      wait_tail_ = op;
+      metrics_.waiting(lane, op->client_ref);
+      if (op->deadline != never) {
+        wait_deadlines_.emplace(op->deadline, op);
+        arm_timer(op->deadline);
+      }
+      return;
+    }
+    enqueue(op, false);
+    hand_out();
+  }
+
+  void reject(op_ptr op, errc e) {
+    metrics_.rejected(op->lane, op->client_ref);
+    op->complete(e, Response{});
+  }
+
+  void enqueue(op_ptr op, bool was_waiting) {
+    Scheduler::PushArgs args{.lane = op->lane,
+                             .client = op->options.client,
+                             .payload = reinterpret_cast<std::uint64_t>(op),
+                             .enqueued_at = op->submitted_at,
+                             .deadline = std::nullopt,
+                             .cost = op->options.cost};
+    if (op->options.timeout) args.deadline = op->deadline;
+    const auto r = sched_.push(args);
+    if (r.status != Scheduler::PushStatus::ok) {
+      // Only a waiter can get here (limits were checked at admission): it is still waiting.
+      const auto e = r.status == Scheduler::PushStatus::client_queue_full ? errc::client_queue_full
+                                                                          : errc::queue_full;
+      return finish(op, e, Metrics::Outcome::failed,
+                    was_waiting ? Metrics::From::waiting : Metrics::From::queued);
+    }
+    op->sched_id = r.id;
+    op->st = state::queued;
+    metrics_.enqueued(op->lane, op->client_ref, was_waiting);
+    if (op->deadline != never) arm_timer(op->deadline);
+  }
+
+  void unlink_waiting(op_ptr op) {
+    (op->wprev ? op->wprev->wnext : wait_head_) = op->wnext;
+    (op->wnext ? op->wnext->wprev : wait_tail_) = op->wprev;
+    op->wprev = op->wnext = nullptr;
+    if (op->deadline != never) wait_deadlines_.erase({op->deadline, op});
+  }
+
+  // Room appeared in the scheduler: waiters go in, in arrival order.
+  void admit_waiters() {
+    while (wait_head_ && !sched_.full()) {
+      op_ptr op = wait_head_;
+      unlink_waiting(op);
+      enqueue(op, true);
+    }
+  }
+
+  // --- hand-off to workers (strand) ---
+
+  // Gives queued work to parked workers: reserved lanes to reserved workers first, so a general
+  // worker stays free for everything else.
+  void hand_out() {
+    while (!idle_reserved_.empty() && sched_.has_reserved_work()) {
+      worker* w = idle_reserved_.back();
+      idle_reserved_.pop_back();
+      wake(*w, take_from(sched_.pop_reserved(steady::now())));
+    }
+    while (!idle_any_.empty() && !sched_.empty()) {
+      worker* w = idle_any_.back();
+      idle_any_.pop_back();
+      wake(*w, take_from(sched_.pop(steady::now())));
+    }
+  }
+
+  void wake(worker& w, op_ptr op) {
+    asio::post(strand_, [h = std::move(w.parked), op]() mutable { h(op); });
+  }
+
+  // Bookkeeping for a request leaving the scheduler towards a worker.
+  op_ptr take_from(std::optional<Scheduler::Item> item) {
+    if (!item) return nullptr;
+    auto* op = reinterpret_cast<op_ptr>(item->payload);
+    op->st = state::in_flight;
+    op->started_at = steady::now();
+    op->add_ref();  // the worker's
+    ++in_flight_;
+    metrics_.started(op->lane, op->client_ref, op->started_at - op->submitted_at);
+    admit_waiters();
+    return op;
+  }
+
+  asio::awaitable<op_ptr> park(worker& w) {
+    return asio::async_initiate<const asio::use_awaitable_t<>&, void(op_ptr)>(
+        [this, &w](auto handler) {
+          w.parked = std::move(handler);
+          (w.reserved ? idle_reserved_ : idle_any_).push_back(&w);
+        },
+        asio::use_awaitable);
+  }
+
+  asio::awaitable<void> run_worker(worker& w) {
+    for (;;) {
+      op_ptr op = take_from(w.reserved ? sched_.pop_reserved(steady::now())
+                                       : sched_.pop(steady::now()));
+      if (!op) {
+        if (stop_workers_) break;
+        op = co_await park(w);
+        if (!op) break;
+      }
+      co_await call(w, op);
+    }
+    if (--workers_alive_ == 0) finish_shutdown();
+  }
+
+  asio::awaitable<void> call(worker& w, op_ptr op) {
+    if (op->st == state::in_flight) {
+      w.current = op;
+      std::error_code ec;
+      Response resp;
+      try {
+        auto token = asio::experimental::as_tuple(asio::use_awaitable);
+        std::tie(ec, resp) = co_await asio::async_initiate<decltype(token),
+                                                           void(std::error_code, Response)>(
+            [this, &w, op](auto handler) {
+              provider_.async_call(
+                  op->request, CallContext{strand_, w.signal.slot(), op->deadline},
+                  CallCompletion([h = std::move(handler)](std::error_code e, Response r) mutable {
+                    auto ex = asio::get_associated_executor(h);
+                    asio::dispatch(ex, [h = std::move(h), e, r = std::move(r)]() mutable {
+                      std::move(h)(e, std::move(r));
+                    });
+                  }));
+            },
+            token);
+      } catch (...) {
+        ec = errc::internal;
+      }
+      w.current = nullptr;
+      if (op->st == state::in_flight) {  // not already resolved by cancel / timeout
+        resp.attempts = 1;
+        resp.queue_wait = op->started_at - op->submitted_at;
+        resp.service_time = steady::now() - op->started_at;
+        finish(op, ec, ec ? Metrics::Outcome::failed : Metrics::Outcome::succeeded,
+               Metrics::From::in_flight, std::move(resp));
+      }
+    }
+    --in_flight_;
+    op->release();
+    check_shutdown();
+    maybe_idle();
+  }
+
+  // --- resolution (strand) ---
+
+  void finish(op_ptr op, std::error_code ec, Metrics::Outcome outcome, Metrics::From from,
+              Response resp = {}) {
+    const auto service = from == Metrics::From::in_flight ? steady::now() - op->started_at
+                                                          : steady::duration::zero();
+    metrics_.finished(op->lane, op->client_ref, outcome, from, service);
+    op->complete(ec, std::move(resp));
+  }
+
+  void cancel(op_ptr op) {
+    switch (op->st) {
+      case state::created: op->cancel_requested = true; return;  // admit() resolves it
+      case state::done: return;
+      case state::waiting:
+        unlink_waiting(op);
+        finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::waiting);
+        break;
+      case state::queued:
+        sched_.remove(op->sched_id);
+        finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::queued);
+        admit_waiters();
+        break;
+      case state::in_flight:
+        op->cancel_requested = true;
+        finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::in_flight);
+        abort_call(op);
+        break;
+    }
+    maybe_idle();
+  }
+
+  void abort_call(op_ptr op) {
+    for (auto& w : workers_)
+      if (w->current == op) w->signal.emit(asio::cancellation_type::terminal);
+  }
+
+  // --- deadlines: one timer for everything (strand) ---
+
+  void arm_timer(steady::time_point t) {
+    if (t >= timer_expiry_) return;
+    timer_expiry_ = t;
+    timer_.expires_at(t);
+    timer_.async_wait([this](std::error_code ec) {
+      if (ec != asio::error::operation_aborted) on_timer();
+    });
+  }
+
+  void on_timer() {
+    timer_expiry_ = never;
+    const auto now = steady::now();
+    while (auto item = sched_.pop_expired(now))
+      finish(reinterpret_cast<op_ptr>(item->payload), errc::timeout, Metrics::Outcome::expired,
+             Metrics::From::queued);
+    while (!wait_deadlines_.empty() && wait_deadlines_.begin()->first <= now) {
+      op_ptr op = wait_deadlines_.begin()->second;
+      unlink_waiting(op);
+      finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::waiting);
+    }
+    auto next = sched_.next_deadline().value_or(never);
+    if (!wait_deadlines_.empty()) next = std::min(next, wait_deadlines_.begin()->first);
+    for (auto& w : workers_) {
+      op_ptr op = w->current;
+      if (!op || op->st != state::in_flight) continue;
+      if (op->deadline <= now) {
+        op->timed_out = true;
+        finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::in_flight);
+        w->signal.emit(asio::cancellation_type::terminal);
+      } else {
+        next = std::min(next, op->deadline);
+      }
+    }
+    admit_waiters();
+    hand_out();
+    if (next != never) arm_timer(next);
+  }
+
+  // Nothing pending: drop the timer so io_context::run() can return.
+  void maybe_idle() {
+    if (timer_expiry_ != never && sched_.empty() && wait_head_ == nullptr && in_flight_ == 0) {
+      timer_.cancel();
+      timer_expiry_ = never;
+    }
+  }
+
+  // --- shutdown (strand) ---
+
+  void check_shutdown() {
+    if (!stopping_ || stop_workers_) return;
+    if (!sched_.empty() || wait_head_ != nullptr || in_flight_ > 0) return;
+    stop_workers_ = true;
+    for (auto* list : {&idle_any_, &idle_reserved_}) {
+      for (worker* w : *list) wake(*w, nullptr);
+      list->clear();
+    }
+    if (workers_alive_ == 0) finish_shutdown();
+  }
+
+  void finish_shutdown() {
+    if (stopped_) return;
+    stopped_ = true;
+    timer_.cancel();
+    timer_expiry_ = never;
+    for (auto& done : shutdown_waiters_) done(std::error_code{});
+    shutdown_waiters_.clear();
+  }
+
+  QueueConfig cfg_;
+  asio::strand<asio::any_io_executor> strand_;
+  Provider& provider_;
+  Scheduler sched_;
+  Metrics metrics_;
+  asio::steady_timer timer_;
+  steady::time_point timer_expiry_ = never;
+  std::vector<WhenFull> lane_when_full_;
+  std::vector<std::unique_ptr<worker>> workers_;
+  std::vector<worker*> idle_any_, idle_reserved_;
+  op_ptr wait_head_ = nullptr;
+  op_ptr wait_tail_ = nullptr;
+  std::set<std::pair<steady::time_point, op_ptr>> wait_deadlines_;
+  std::vector<unique_function<void(std::error_code)>> shutdown_waiters_;
+  std::size_t in_flight_ = 0;
+  std::size_t workers_alive_ = 0;
+  bool started_ = false;
+  bool stopping_ = false;
+  bool drain_ = true;
+  bool stop_workers_ = false;
+  bool stopped_ = false;
+};
+
+void queue_admit(queue_impl* q, submit_op_base* op) { q->post_admit(op); }
+void queue_cancel(queue_impl* q, submit_op_base* op) { q->post_cancel(op); }
+
+}  // namespace detail
+
+RequestQueue::RequestQueue(executor_type ex, Provider& provider, QueueConfig config)
+    : executor_(ex),
+      impl_(std::make_unique<detail::queue_impl>(ex, provider, std::move(config))) {}
+
+RequestQueue::~RequestQueue() = default;
+
+void RequestQueue::start() { impl_->start(); }
+
+asio::awaitable<Response> RequestQueue::submit(Request request, SubmitOptions options) {
+  auto [ec, r] = co_await async_submit(std::move(request), std::move(options),
+                                       asio::experimental::as_tuple(asio::use_awaitable));
+  if (ec) throw RequestError(ec, std::move(r));
+  co_return std::move(r);
+}
+
+asio::awaitable<void> RequestQueue::shutdown(ShutdownOptions options) {
+  auto [ec] = co_await async_shutdown(options, asio::experimental::as_tuple(asio::use_awaitable));
+  if (ec) throw std::system_error(ec);
+}
+
+void RequestQueue::start_shutdown(ShutdownOptions opts,
+                                  detail::unique_function<void(std::error_code)> done) {
+  impl_->start_shutdown(opts, std::move(done));
+}
+
+MetricsSnapshot RequestQueue::metrics() const { return impl_->metrics(); }
+
+void RequestQueue::set_client_weight(std::string client, std::uint32_t weight) {
+  impl_->set_client_weight(std::move(client), weight);
+}
+
+const QueueConfig& RequestQueue::config() const noexcept { return impl_->config(); }
+
+}  // namespace laneq

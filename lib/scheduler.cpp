@@ -1,0 +1,362 @@
+#include "laneq/scheduler.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <stdexcept>
+
+namespace laneq {
+
+namespace {
+constexpr std::uint8_t no_deadline = 0, lane_deadline = 1, explicit_deadline = 2;
+constexpr std::size_t idle_client_sweep = 4096;  // idle clients kept before a sweep
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig config) : cfg_(std::move(config)) {
+  if (cfg_.lanes.empty()) throw std::invalid_argument("SchedulerConfig::lanes: no lanes");
+  if (cfg_.lanes.size() > 64)
+    throw std::invalid_argument("SchedulerConfig::lanes: at most 64 lanes");
+  if (cfg_.quantum == 0) throw std::invalid_argument("SchedulerConfig::quantum must be >= 1");
+  std::sort(cfg_.lanes.begin(), cfg_.lanes.end(),
+            [](const SchedulerLane& a, const SchedulerLane& b) { return a.priority < b.priority; });
+  for (std::size_t i = 0; i < cfg_.lanes.size(); ++i) {
+    const auto& l = cfg_.lanes[i];
+    if (i > 0 && cfg_.lanes[i - 1].priority == l.priority)
+      throw std::invalid_argument("SchedulerConfig::lanes: duplicate priority " +
+                                  std::to_string(l.priority));
+    if (l.timeout.count() < 0)
+      throw std::invalid_argument("SchedulerLane::timeout must be >= 0 (lane " +
+                                  std::to_string(l.priority) + ")");
+    if (l.age_step.count() < 0)
+      throw std::invalid_argument("SchedulerLane::age_step must be >= 0 (lane " +
+                                  std::to_string(l.priority) + ")");
+    lanes_.push_back(Lane{.spec = l});
+    if (l.reserved) reserved_mask_ |= std::uint64_t{1} << i;
+    if (l.age_step.count() > 0) aging_mask_ |= std::uint64_t{1} << i;
+  }
+}
+
+std::uint32_t Scheduler::lane_index(int priority) const noexcept {
+  for (std::size_t i = 0; i < lanes_.size(); ++i)
+    if (lanes_[i].spec.priority == priority) return static_cast<std::uint32_t>(i);
+  return npos;
+}
+
+std::uint32_t Scheduler::client_for(std::string_view name) {
+  auto it = clients_by_name_.find(name);
+  if (it != clients_by_name_.end()) {
+    if (clients_[it->second].pending == 0) --idle_clients_;
+    return it->second;
+  }
+  std::uint32_t id;
+  if (!free_clients_.empty()) {
+    id = free_clients_.back();
+    free_clients_.pop_back();
+  } else {
+    id = static_cast<std::uint32_t>(clients_.size());
+    clients_.emplace_back();
+  }
+  Client& c = clients_[id];
+  c.name.assign(name);
+  auto w = weights_.find(c.name);
+  c.weight = w == weights_.end() ? 1 : w->second;
+  c.pending = 0;
+  c.lanes.assign(lanes_.size(), ClientLane{});
+  clients_by_name_.emplace(c.name, id);
+  return id;
+}
+
+void Scheduler::collect_idle_clients() {
+  for (auto it = clients_by_name_.begin(); it != clients_by_name_.end();) {
+    if (clients_[it->second].pending == 0) {
+      free_clients_.push_back(it->second);
+      it = clients_by_name_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  idle_clients_ = 0;
+}
+
+Scheduler::PushResult Scheduler::push(const PushArgs& a) {
+  if (a.lane >= lanes_.size()) return {PushStatus::unknown_lane};
+  if (full()) return {PushStatus::queue_full};
+  const std::uint32_t c = client_for(a.client);
+  Client* cl = &clients_[c];
+  if (cfg_.max_pending_per_client != 0 && cl->pending >= cfg_.max_pending_per_client)
+    return {PushStatus::client_queue_full};  // pending >= 1 here, so the client is not idle
+
+  std::uint32_t slot;
+  if (free_head_ != npos) {
+    slot = free_head_;
+    free_head_ = nodes_[slot].lane_next;
+  } else {
+    slot = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.push_back(Node{});
+  }
+  Node& n = nodes_[slot];
+  Lane& lane = lanes_[a.lane];
+  n.seq = next_seq_++;
+  n.enqueued_at = a.enqueued_at;
+  n.payload = a.payload;
+  n.client = c;
+  n.cost = std::max<std::uint32_t>(1, a.cost);
+  n.lane = static_cast<std::uint16_t>(a.lane);
+
+  // lane list (append: seq is the newest)
+  n.lane_prev = lane.tail;
+  n.lane_next = npos;
+  if (lane.tail != npos) nodes_[lane.tail].lane_next = slot; else lane.head = slot;
+  lane.tail = slot;
+  ++lane.count;
+  nonempty_ |= std::uint64_t{1} << a.lane;
+
+  // client-in-lane FIFO; a newly active client joins the ring at the end of the round
+  ClientLane& q = cl->lanes[a.lane];
+  n.cl_prev = q.tail;
+  n.cl_next = npos;
+  if (q.tail != npos) nodes_[q.tail].cl_next = slot; else q.head = slot;
+  q.tail = slot;
+  if (q.count++ == 0) ring_insert(a.lane, c);
+  ++cl->pending;
+
+  // deadline
+  if (a.deadline) {
+    n.deadline = *a.deadline;
+    n.deadline_kind = explicit_deadline;
+    n.dl_prev = static_cast<std::uint32_t>(heap_.size());
+    heap_.push_back(slot);
+    heap_up(heap_.size() - 1);
+  } else if (lane.spec.timeout.count() > 0) {
+    n.deadline = a.enqueued_at + lane.spec.timeout;
+    n.deadline_kind = lane_deadline;
+    n.dl_prev = lane.dl_tail;
+    n.dl_next = npos;
+    if (lane.dl_tail != npos) nodes_[lane.dl_tail].dl_next = slot; else lane.dl_head = slot;
+    lane.dl_tail = slot;
+  } else {
+    n.deadline = TimePoint::max();
+    n.deadline_kind = no_deadline;
+  }
+  ++size_;
+  return {PushStatus::ok, id_of(slot)};
+}
+
+void Scheduler::ring_insert(std::size_t l, std::uint32_t c) {
+  Lane& lane = lanes_[l];
+  ClientLane& q = clients_[c].lanes[l];
+  q.deficit = 0;
+  if (lane.current == npos) {
+    q.ring_prev = q.ring_next = c;
+    lane.current = c;
+    lane.fresh_turn = true;
+    return;
+  }
+  // before current = last in the round
+  const std::uint32_t cur = lane.current;
+  const std::uint32_t prev = clients_[cur].lanes[l].ring_prev;
+  q.ring_prev = prev;
+  q.ring_next = cur;
+  clients_[prev].lanes[l].ring_next = c;
+  clients_[cur].lanes[l].ring_prev = c;
+}
+
+void Scheduler::ring_erase(std::size_t l, std::uint32_t c) {
+  Lane& lane = lanes_[l];
+  ClientLane& q = clients_[c].lanes[l];
+  q.deficit = 0;
+  if (q.ring_next == c) {
+    lane.current = npos;
+  } else {
+    clients_[q.ring_prev].lanes[l].ring_next = q.ring_next;
+    clients_[q.ring_next].lanes[l].ring_prev = q.ring_prev;
+    if (lane.current == c) {
+      lane.current = q.ring_next;
+      lane.fresh_turn = true;
+    }
+  }
+  q.ring_prev = q.ring_next = npos;
+}
+
+Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
+  Node& n = nodes_[slot];
+  Lane& lane = lanes_[n.lane];
+  Item item{id_of(slot), n.payload, n.lane, n.enqueued_at, std::nullopt};
+  if (n.deadline_kind != no_deadline) item.deadline = n.deadline;
+
+  if (n.lane_prev != npos) nodes_[n.lane_prev].lane_next = n.lane_next; else lane.head = n.lane_next;
+  if (n.lane_next != npos) nodes_[n.lane_next].lane_prev = n.lane_prev; else lane.tail = n.lane_prev;
+  if (--lane.count == 0) nonempty_ &= ~(std::uint64_t{1} << n.lane);
+
+  Client& cl = clients_[n.client];
+  ClientLane& q = cl.lanes[n.lane];
+  if (n.cl_prev != npos) nodes_[n.cl_prev].cl_next = n.cl_next; else q.head = n.cl_next;
+  if (n.cl_next != npos) nodes_[n.cl_next].cl_prev = n.cl_prev; else q.tail = n.cl_prev;
+  if (--q.count == 0) ring_erase(n.lane, n.client);
+  if (--cl.pending == 0) ++idle_clients_;
+
+  if (n.deadline_kind == lane_deadline) {
+    if (n.dl_prev != npos) nodes_[n.dl_prev].dl_next = n.dl_next; else lane.dl_head = n.dl_next;
+    if (n.dl_next != npos) nodes_[n.dl_next].dl_prev = n.dl_prev; else lane.dl_tail = n.dl_prev;
+  } else if (n.deadline_kind == explicit_deadline) {
+    heap_erase(n.dl_prev);
+  }
+
+  // free the slot; bumping the generation invalidates outstanding ids
+  n.client = npos;
+  ++n.gen;
+  if (n.gen == 0) n.gen = 1;
+  n.lane_next = free_head_;
+  free_head_ = slot;
+  --size_;
+  if (idle_clients_ > idle_client_sweep && idle_clients_ > clients_by_name_.size() / 2)
+    collect_idle_clients();
+  return item;
+}
+
+std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
+  Lane& lane = lanes_[l];
+  for (;;) {
+    const std::uint32_t c = lane.current;
+    ClientLane& q = clients_[c].lanes[l];
+    if (lane.fresh_turn) {
+      q.deficit += static_cast<std::int64_t>(cfg_.quantum) * clients_[c].weight;
+      lane.fresh_turn = false;
+    }
+    const std::uint32_t head = q.head;
+    if (nodes_[head].cost <= q.deficit) {
+      q.deficit -= nodes_[head].cost;
+      return head;
+    }
+    lane.current = q.ring_next;  // turn over; the deficit carries to its next turn
+    lane.fresh_turn = true;
+  }
+}
+
+std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_t mask) {
+  std::uint64_t avail = nonempty_ & mask;
+  if (avail == 0) return std::nullopt;
+  std::size_t best = static_cast<std::size_t>(std::countr_zero(avail));
+  bool promoted = false;
+  if ((avail & aging_mask_) != 0) {
+    // effective rank = rank - waited / age_step of the lane's oldest item; ties -> older wins
+    auto eff = [&](std::size_t r) -> std::int64_t {
+      const Lane& lane = lanes_[r];
+      if (lane.spec.age_step.count() <= 0) return static_cast<std::int64_t>(r);
+      const auto waited = now - nodes_[lane.head].enqueued_at;
+      const std::int64_t steps = waited.count() <= 0 ? 0 : waited / lane.spec.age_step;
+      return std::max<std::int64_t>(0, static_cast<std::int64_t>(r) - steps);
+    };
+    std::int64_t best_eff = eff(best);
+    promoted = best_eff < static_cast<std::int64_t>(best);
+    for (std::uint64_t rest = avail & (avail - 1); rest != 0; rest &= rest - 1) {
+      const auto r = static_cast<std::size_t>(std::countr_zero(rest));
+      if ((aging_mask_ >> r & 1) == 0) continue;
+      const std::int64_t e = eff(r);
+      if (e < best_eff ||
+          (e == best_eff && nodes_[lanes_[r].head].seq < nodes_[lanes_[best].head].seq)) {
+        best = r;
+        best_eff = e;
+        promoted = e < static_cast<std::int64_t>(r);
+      }
+    }
+  }
+  const std::uint32_t slot = promoted ? lanes_[best].head : pop_round_robin(best);
+  return unlink(slot);
+}
+
+std::optional<Scheduler::Item> Scheduler::pop(TimePoint now) { return pop_masked(now, ~0ull); }
+
+std::optional<Scheduler::Item> Scheduler::pop_reserved(TimePoint now) {
+  return pop_masked(now, reserved_mask_);
+}
+
+std::optional<Scheduler::Item> Scheduler::remove(ItemId id) {
+  const auto slot = static_cast<std::uint32_t>(id & 0xffffffffu);
+  const auto gen = static_cast<std::uint32_t>(id >> 32);
+  if (slot >= nodes_.size() || nodes_[slot].client == npos || nodes_[slot].gen != gen)
+    return std::nullopt;
+  return unlink(slot);
+}
+
+std::optional<TimePoint> Scheduler::next_deadline() const {
+  TimePoint best = TimePoint::max();
+  if (!heap_.empty()) best = nodes_[heap_.front()].deadline;
+  for (const Lane& lane : lanes_)
+    if (lane.dl_head != npos) best = std::min(best, nodes_[lane.dl_head].deadline);
+  if (best == TimePoint::max()) return std::nullopt;
+  return best;
+}
+
+std::optional<Scheduler::Item> Scheduler::pop_expired(TimePoint now) {
+  std::uint32_t slot = npos;
+  TimePoint best = TimePoint::max();
+  if (!heap_.empty()) {
+    slot = heap_.front();
+    best = nodes_[slot].deadline;
+  }
+  for (const Lane& lane : lanes_)
+    if (lane.dl_head != npos && nodes_[lane.dl_head].deadline < best) {
+      slot = lane.dl_head;
+      best = nodes_[slot].deadline;
+    }
+  if (slot == npos || best > now) return std::nullopt;
+  return unlink(slot);
+}
+
+void Scheduler::set_client_weight(std::string_view client, std::uint32_t weight) {
+  weight = std::max<std::uint32_t>(1, weight);
+  weights_[std::string(client)] = weight;
+  auto it = clients_by_name_.find(client);
+  if (it != clients_by_name_.end()) clients_[it->second].weight = weight;
+}
+
+std::size_t Scheduler::client_size(std::string_view client) const {
+  auto it = clients_by_name_.find(client);
+  return it == clients_by_name_.end() ? 0 : clients_[it->second].pending;
+}
+
+// --- explicit-deadline min-heap; a node's heap position lives in dl_prev ---
+
+void Scheduler::heap_up(std::size_t pos) {
+  const std::uint32_t slot = heap_[pos];
+  const TimePoint key = nodes_[slot].deadline;
+  while (pos > 0) {
+    const std::size_t parent = (pos - 1) / 2;
+    if (nodes_[heap_[parent]].deadline <= key) break;
+    heap_[pos] = heap_[parent];
+    nodes_[heap_[pos]].dl_prev = static_cast<std::uint32_t>(pos);
+    pos = parent;
+  }
+  heap_[pos] = slot;
+  nodes_[slot].dl_prev = static_cast<std::uint32_t>(pos);
+}
+
+void Scheduler::heap_down(std::size_t pos) {
+  const std::uint32_t slot = heap_[pos];
+  const TimePoint key = nodes_[slot].deadline;
+  const std::size_t n = heap_.size();
+  for (;;) {
+    std::size_t child = 2 * pos + 1;
+    if (child >= n) break;
+    if (child + 1 < n && nodes_[heap_[child + 1]].deadline < nodes_[heap_[child]].deadline)
+      ++child;
+    if (key <= nodes_[heap_[child]].deadline) break;
+    heap_[pos] = heap_[child];
+    nodes_[heap_[pos]].dl_prev = static_cast<std::uint32_t>(pos);
+    pos = child;
+  }
+  heap_[pos] = slot;
+  nodes_[slot].dl_prev = static_cast<std::uint32_t>(pos);
+}
+
+void Scheduler::heap_erase(std::size_t pos) {
+  const std::uint32_t last = heap_.back();
+  heap_.pop_back();
+  if (pos == heap_.size()) return;
+  heap_[pos] = last;
+  nodes_[last].dl_prev = static_cast<std::uint32_t>(pos);
+  heap_up(pos);
+  heap_down(nodes_[last].dl_prev);
+}
+
+}  // namespace laneq

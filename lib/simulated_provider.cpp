@@ -1,0 +1,99 @@
+#include "laneq/simulated_provider.hpp"
+
+#include <algorithm>
+#include <memory>
+
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+namespace laneq {
+
+SimulatedProvider::SimulatedProvider(SimulatedProviderConfig config)
+    : cfg_(std::move(config)), rng_(cfg_.seed) {}
+
+void SimulatedProvider::script(SimulatedOutcome outcome) {
+  std::lock_guard lock(mu_);
+  script_.push_back(std::move(outcome));
+}
+
+SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
+  std::lock_guard lock(mu_);
+  plan p{cfg_.latency, {}};
+  if (cfg_.latency_fn) {
+    p.latency = cfg_.latency_fn(request, rng_);
+  } else if (cfg_.jitter.count() > 0) {
+    p.latency += std::chrono::nanoseconds(
+        std::uniform_int_distribution<std::int64_t>(0, cfg_.jitter.count() - 1)(rng_));
+  }
+  if (!script_.empty()) {
+    p.outcome = std::move(script_.front());
+    script_.pop_front();
+    if (p.outcome.latency) p.latency = *p.outcome.latency;
+  } else if (cfg_.failure_rate > 0 &&
+             std::uniform_real_distribution<double>(0, 1)(rng_) < cfg_.failure_rate) {
+    p.outcome.error = cfg_.failure;
+    p.outcome.status = cfg_.failure_status;
+  }
+  return p;
+}
+
+void SimulatedProvider::async_call(const Request& request, CallContext ctx,
+                                   CallCompletion done) noexcept {
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  const auto now_in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+  auto seen = max_in_flight_.load(std::memory_order_relaxed);
+  while (now_in_flight > seen && !max_in_flight_.compare_exchange_weak(seen, now_in_flight)) {}
+
+  plan p = next_plan(request);
+  Response r;
+  r.status = p.outcome.status;
+  r.headers = std::move(p.outcome.headers);
+  const std::error_code ec = p.outcome.error;
+  if (ec) {
+    r.error_type = "simulated_error";
+    r.error_message = "injected failure: " + ec.message();
+  } else {
+    std::size_t chars = 0;
+    for (const auto& m : request.messages) chars += m.content.size();
+    r.usage.input_tokens = static_cast<std::int64_t>(chars / 4 + 1);
+    r.usage.output_tokens = request.max_tokens > 0
+                                ? std::min<std::int64_t>(cfg_.output_tokens, request.max_tokens)
+                                : cfg_.output_tokens;
+    r.text = "simulated";
+    r.finish_reason = "stop";
+  }
+
+  if (p.latency.count() <= 0) {
+    asio::post(ctx.executor, [this, done = std::move(done), ec, r = std::move(r)]() mutable {
+      in_flight_.fetch_sub(1, std::memory_order_relaxed);
+      done(ec, std::move(r));
+    });
+    return;
+  }
+
+  struct call_state {
+    asio::steady_timer timer;
+    asio::cancellation_slot slot;
+    CallCompletion done;
+    std::error_code ec;
+    Response response;
+  };
+  auto st = std::make_shared<call_state>(
+      call_state{asio::steady_timer(ctx.executor), ctx.cancel, std::move(done), ec, std::move(r)});
+  st->timer.expires_after(p.latency);
+  // The queue emits on ctx.executor, the timer's executor: cancel() never races the wait.
+  if (st->slot.is_connected())
+    st->slot.assign([st](asio::cancellation_type) { st->timer.cancel(); });
+  st->timer.async_wait([this, st](std::error_code wait_ec) {
+    if (st->slot.is_connected()) st->slot.clear();
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    if (wait_ec) {
+      aborted_.fetch_add(1, std::memory_order_relaxed);
+      st->done(asio::error::operation_aborted, Response{});
+    } else {
+      st->done(st->ec, std::move(st->response));
+    }
+  });
+}
+
+}  // namespace laneq

@@ -1,0 +1,490 @@
+// RequestQueue on a real io_context with the SimulatedProvider.
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+
+#include "laneq/laneq.hpp"
+#include "support/run.hpp"
+
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using laneq::errc;
+using laneq::Priority;
+using laneq::test::chat;
+using laneq::test::run;
+
+namespace {
+
+// Records the order in which requests reach the provider (by message text), then delegates.
+class RecordingProvider final : public laneq::Provider {
+ public:
+  explicit RecordingProvider(laneq::SimulatedProviderConfig c = {}) : inner(std::move(c)) {}
+  void async_call(const laneq::Request& r, laneq::CallContext ctx,
+                  laneq::CallCompletion done) noexcept override {
+    {
+      std::lock_guard lock(mu);
+      order.push_back(r.messages.at(0).content);
+    }
+    inner.async_call(r, std::move(ctx), std::move(done));
+  }
+  const char* name() const noexcept override { return "recording"; }
+  std::vector<std::string> seen() {
+    std::lock_guard lock(mu);
+    return order;
+  }
+  laneq::SimulatedProvider inner;
+  std::mutex mu;
+  std::vector<std::string> order;
+};
+
+auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+
+}  // namespace
+
+TEST_CASE("submit resolves with the provider's response and queue timing", "[queue]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 2ms, .output_tokens = 7});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    laneq::Response r = co_await queue.submit(chat(), {.priority = Priority::critical,
+                                                       .client = "tenant-a", .timeout = 30s});
+    CHECK(r.status == 200);
+    CHECK(r.text == "simulated");
+    CHECK(r.usage.output_tokens == 7);
+    CHECK(r.attempts == 1);
+    CHECK(r.service_time >= 2ms);
+    co_await queue.shutdown({.drain = true});
+  });
+  CHECK(provider.calls() == 1);
+}
+
+TEST_CASE("async_submit works with a callback, use_future, as_tuple and use_awaitable",
+          "[queue][tokens]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  std::thread loop([&] { io.run(); });  // returns once the queue has shut down
+
+  // plain callbacks (checked on this thread: Catch2 assertions are not thread-safe)
+  std::promise<std::pair<std::error_code, int>> cb_ok, cb_bad;
+  queue.async_submit(chat(), {}, [&](std::error_code ec, laneq::Response r) {
+    cb_ok.set_value({ec, r.status});
+  });
+  queue.async_submit(chat(), {.priority = Priority{3}}, [&](std::error_code ec, laneq::Response r) {
+    cb_bad.set_value({ec, r.status});
+  });
+  const auto ok = cb_ok.get_future().get();
+  CHECK_FALSE(ok.first);
+  CHECK(ok.second == 200);
+  CHECK(cb_bad.get_future().get().first == errc::unknown_lane);
+
+  // use_future
+  std::future<laneq::Response> f = queue.async_submit(chat(), {}, asio::use_future);
+  CHECK(f.get().status == 200);
+  std::future<laneq::Response> bad =
+      queue.async_submit(chat(), {.priority = Priority{42}}, asio::use_future);
+  try {
+    bad.get();
+    FAIL("expected unknown_lane");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::unknown_lane);
+  }
+
+  // as_tuple(use_awaitable), use_awaitable, and the throwing submit()
+  std::error_code tuple_ok, tuple_bad, thrown;
+  int awaited_status = 0;
+  auto coro = asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    tuple_ok = ec;
+    auto [ec2, r2] = co_await queue.async_submit(chat(), {.priority = Priority{7}}, tuple_awaitable);
+    tuple_bad = ec2;
+    laneq::Response r3 = co_await queue.async_submit(chat(), {}, asio::use_awaitable);
+    awaited_status = r3.status;
+    try {
+      co_await queue.submit(chat(), {.priority = Priority{7}});
+    } catch (const laneq::RequestError& e) {
+      thrown = e.code();
+    }
+    co_await queue.shutdown();
+  }, asio::use_future);
+  coro.get();
+  loop.join();
+  CHECK_FALSE(tuple_ok);
+  CHECK(tuple_bad == errc::unknown_lane);
+  CHECK(awaited_status == 200);
+  CHECK(thrown == errc::unknown_lane);
+}
+
+TEST_CASE("with one worker, requests start in strict priority order, FIFO within a lane",
+          "[queue][order]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  // queued before start(): the single worker sees the whole set at once
+  const std::vector<std::pair<Priority, std::string>> in = {
+      {Priority::background, "bg1"}, {Priority::low, "low1"}, {Priority::normal, "n1"},
+      {Priority::critical, "c1"},    {Priority::normal, "n2"}, {Priority::high, "h1"},
+      {Priority::critical, "c2"},    {Priority::background, "bg2"}};
+  int done = 0;
+  for (auto& [p, text] : in)
+    queue.async_submit(chat(text), {.priority = p}, [&](std::error_code ec, laneq::Response) {
+      CHECK_FALSE(ec);
+      if (++done == 8) queue.async_shutdown({}, [](std::error_code) {});
+    });
+  io.poll();  // admitted, not started
+  queue.start();
+  io.run();
+  CHECK(done == 8);
+  CHECK(provider.seen() ==
+        std::vector<std::string>{"c1", "c2", "h1", "n1", "n2", "low1", "bg1", "bg2"});
+}
+
+TEST_CASE("a critical request overtakes 100 queued batch requests", "[queue][order]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 1ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    std::vector<std::future<laneq::Response>> batch;
+    for (int i = 0; i < 100; ++i)
+      queue.async_submit(chat("batch"), {.priority = Priority::background},
+                         [](std::error_code ec, laneq::Response) { CHECK_FALSE(ec); });
+    co_await queue.submit(chat("urgent"), {.priority = Priority::critical});
+    co_await queue.shutdown();
+  });
+  const auto seen = provider.seen();
+  const auto pos = std::find(seen.begin(), seen.end(), "urgent") - seen.begin();
+  CHECK(pos <= 2);  // at most the two already started when it arrived
+  CHECK(seen.size() == 101);
+}
+
+TEST_CASE("clients in one lane take turns through the queue", "[queue][fairness]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .client_weights = {{"gold", 2}}});
+  int done = 0;
+  auto count = [&](std::error_code, laneq::Response) {
+    if (++done == 12) queue.async_shutdown({}, [](std::error_code) {});
+  };
+  for (int i = 0; i < 6; ++i) {
+    queue.async_submit(chat("a"), {.client = "a"}, count);
+    queue.async_submit(chat("gold"), {.client = "gold"}, count);
+  }
+  io.poll();
+  queue.start();
+  io.run();
+  const auto seen = provider.seen();
+  REQUIRE(seen.size() == 12);
+  // a, gold, gold, a, gold, gold, ... while both have work
+  CHECK(std::vector<std::string>(seen.begin(), seen.begin() + 6) ==
+        std::vector<std::string>{"a", "gold", "gold", "a", "gold", "gold"});
+}
+
+TEST_CASE("reserved workers keep a worker free for critical requests", "[queue][reserved]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 40ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 3, .reserved_workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 20; ++i)
+      queue.async_submit(chat(), {.priority = Priority::low}, [](auto, auto) {});
+    asio::steady_timer t(co_await asio::this_coro::executor, 10ms);
+    co_await t.async_wait(asio::use_awaitable);
+    CHECK(provider.in_flight() == 2);  // the reserved worker does not take low work
+    const laneq::Response r = co_await queue.submit(chat(), {.priority = Priority::critical});
+    // it started at once on the reserved worker, not after a 40 ms low call
+    CHECK(r.queue_wait < 20ms);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.max_in_flight() == 3);
+  CHECK(provider.calls() == 21);
+}
+
+TEST_CASE("when full, submit waits for room by default and fails queue_full in reject lanes",
+          "[queue][backpressure]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 5ms});
+  auto lanes = laneq::default_lanes();
+  lanes[4].when_full = laneq::WhenFull::reject;  // background rejects
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .max_pending = 2, .lanes = lanes});
+  queue.start();
+  int ok = 0, full = 0;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto count = [&](std::error_code ec, laneq::Response) {
+      if (!ec) ++ok;
+      else if (ec == errc::queue_full) ++full;
+    };
+    for (int i = 0; i < 10; ++i) queue.async_submit(chat(), {}, count);  // normal: waits
+    asio::steady_timer t(co_await asio::this_coro::executor, 1ms);
+    co_await t.async_wait(asio::use_awaitable);
+    const auto m = queue.metrics();
+    CHECK(m.total.waiting >= 6);
+    CHECK(m.total.depth == 2);
+    queue.async_submit(chat(), {.priority = Priority::background}, count);  // rejects
+    co_await queue.shutdown();
+  });
+  CHECK(ok == 10);
+  CHECK(full == 1);
+  CHECK(queue.metrics().total.rejected == 1);
+}
+
+TEST_CASE("a client over its pending limit gets client_queue_full, others still get in",
+          "[queue][backpressure]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 5ms});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .max_pending_per_client = 3});
+  std::map<std::string, int> ok, limited;
+  int done = 0;
+  for (int i = 0; i < 5; ++i)
+    for (std::string c : {"a", "b"})
+      queue.async_submit(chat(), {.client = c}, [&, c](std::error_code ec, laneq::Response) {
+        if (!ec) ++ok[c];
+        if (ec == errc::client_queue_full) ++limited[c];
+        if (++done == 10) queue.async_shutdown({}, [](std::error_code) {});
+      });
+  io.poll();
+  queue.start();
+  io.run();
+  CHECK(ok["a"] == 3);
+  CHECK(ok["b"] == 3);
+  CHECK(limited["a"] == 2);
+  CHECK(limited["b"] == 2);
+}
+
+TEST_CASE("a request whose deadline passes while queued fails with timeout and never reaches "
+          "the provider",
+          "[queue][deadline]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 60ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    queue.async_submit(chat("long"), {}, [](auto, auto) {});
+    auto [ec, r] = co_await queue.async_submit(chat("short-deadline"), {.timeout = 10ms},
+                                               tuple_awaitable);
+    CHECK(ec == errc::timeout);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen() == std::vector<std::string>{"long"});
+  CHECK(queue.metrics().total.expired == 1);
+}
+
+TEST_CASE("a lane's default timeout applies when the request sets none", "[queue][deadline]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 500ms});
+  auto lanes = laneq::default_lanes();
+  lanes[2].timeout = 20ms;  // normal
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .lanes = lanes});
+  queue.start();
+  const auto t0 = std::chrono::steady_clock::now();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(ec == errc::timeout);  // in flight: the call is aborted at the deadline
+    co_await queue.shutdown();
+  });
+  CHECK(std::chrono::steady_clock::now() - t0 < 400ms);
+  CHECK(provider.aborted() == 1);
+}
+
+TEST_CASE("cancelling a queued request removes it; cancelling an in-flight one aborts the call",
+          "[queue][cancel]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 300ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  const auto t0 = std::chrono::steady_clock::now();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    // in flight: raced against a 20 ms timer
+    asio::steady_timer t1(ex, 20ms);
+    auto first = co_await (queue.async_submit(chat("inflight"), {}, tuple_awaitable) ||
+                           t1.async_wait(tuple_awaitable));
+    CHECK(first.index() == 1);  // the timer won
+    // queued behind a long call: cancelled before it starts
+    queue.async_submit(chat("blocker"), {}, [](auto, auto) {});
+    asio::steady_timer t2(ex, 20ms);
+    auto second = co_await (queue.async_submit(chat("queued"), {}, tuple_awaitable) ||
+                            t2.async_wait(tuple_awaitable));
+    CHECK(second.index() == 1);
+    co_await queue.shutdown({.drain = false});
+  });
+  CHECK(provider.seen() == std::vector<std::string>{"inflight", "blocker"});
+  CHECK(provider.inner.aborted() == 1);
+  const auto m = queue.metrics();
+  CHECK(m.total.cancelled == 2);
+  CHECK(m.total.succeeded == 1);
+  CHECK(std::chrono::steady_clock::now() - t0 < 1s);  // 300 ms blocker only
+}
+
+TEST_CASE("a cancelled submit completes with cancelled through a bound cancellation slot",
+          "[queue][cancel]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 1s});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  asio::cancellation_signal sig;
+  std::error_code got;
+  queue.async_submit(chat(), {}, asio::bind_cancellation_slot(sig.slot(),
+                                     [&](std::error_code ec, laneq::Response) {
+                                       got = ec;
+                                       queue.async_shutdown({}, [](std::error_code) {});
+                                     }));
+  asio::steady_timer t(io, 10ms);
+  t.async_wait([&](std::error_code) { sig.emit(asio::cancellation_type::terminal); });
+  io.run();
+  CHECK(got == errc::cancelled);
+  CHECK(provider.aborted() == 1);
+}
+
+TEST_CASE("shutdown with drain finishes queued work; submits after it fail with shutting_down",
+          "[queue][shutdown]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 1ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  int ok = 0;
+  run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 20; ++i)
+      queue.async_submit(chat(), {}, [&](std::error_code ec, auto) { ok += ec ? 0 : 1; });
+    co_await queue.shutdown({.drain = true});
+    CHECK(ok == 20);
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(ec == errc::shutting_down);
+    co_await queue.shutdown();  // again: completes at once
+  });
+  CHECK(provider.calls() == 20);
+}
+
+TEST_CASE("shutdown without drain fails queued work and lets in-flight calls finish",
+          "[queue][shutdown]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 20ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  int ok = 0, dropped = 0;
+  run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 10; ++i)
+      queue.async_submit(chat(), {}, [&](std::error_code ec, auto) {
+        if (!ec) ++ok;
+        if (ec == errc::shutting_down) ++dropped;
+      });
+    asio::steady_timer t(co_await asio::this_coro::executor, 5ms);
+    co_await t.async_wait(asio::use_awaitable);
+    co_await queue.shutdown({.drain = false});
+  });
+  CHECK(ok == 2);
+  CHECK(dropped == 8);
+  CHECK(provider.calls() == 2);
+}
+
+TEST_CASE("invalid configuration is rejected at construction with the field named",
+          "[queue][config]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  auto make = [&](laneq::QueueConfig c) { laneq::RequestQueue q(io.get_executor(), provider, c); };
+  auto expect = [&](laneq::QueueConfig c, const std::string& field) {
+    try {
+      make(std::move(c));
+      FAIL("accepted a bad config: " + field);
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      CHECK_THAT(e.what(), Catch::Contains(field));
+    }
+  };
+  expect({.workers = 0}, "workers");
+  expect({.workers = 2, .reserved_workers = 2}, "reserved_workers");
+  expect({.max_pending = 0}, "max_pending");
+  expect({.lanes = {}}, "lanes");
+  expect({.lanes = {{.priority = Priority::normal}, {.priority = Priority::normal}}}, "priority");
+  expect({.lanes = {{.priority = Priority::normal, .timeout = -1ms}}}, "timeout");
+  expect({.workers = 2, .reserved_workers = 1, .lanes = {{.priority = Priority::normal}}},
+         "reserved");
+  expect({.client_weights = {{"x", 0}}}, "client_weights");
+  expect({.quantum = 0}, "quantum");
+}
+
+TEST_CASE("provider failures reach the caller with their code and details", "[queue][errors]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  provider.script({.error = errc::server_error, .status = 503});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    try {
+      co_await queue.submit(chat());
+      FAIL("expected a failure");
+    } catch (const laneq::RequestError& e) {
+      CHECK(e.code() == errc::server_error);
+      CHECK(e.response().status == 503);
+      CHECK_THAT(e.what(), Catch::Contains("server_error"));
+    }
+    co_await queue.shutdown();
+  });
+  CHECK(queue.metrics().total.failed == 1);
+}
+
+TEST_CASE("workers keep io_context::run busy until shutdown, which returns at once although "
+          "lane deadlines are minutes away",
+          "[queue][shutdown]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 1ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  int ok = 0;
+  for (int i = 0; i < 5; ++i)
+    queue.async_submit(chat(), {}, [&](std::error_code ec, auto) { ok += ec ? 0 : 1; });
+  // the workers are running coroutines: without shutdown the loop would not run out of work
+  CHECK(io.run_for(50ms) > 0);
+  CHECK_FALSE(io.stopped());
+  CHECK(ok == 5);
+  const auto t0 = std::chrono::steady_clock::now();
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();  // a deadline timer left armed (normal lane: 2 min) would hang here
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("metrics count every request once and export as JSON and Prometheus text",
+          "[queue][metrics]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 1ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  int done = 0;
+  for (int i = 0; i < 30; ++i)
+    queue.async_submit(chat(), {.priority = i % 2 ? Priority::critical : Priority::low,
+                                .client = "t" + std::to_string(i % 3)},
+                       [&](std::error_code, laneq::Response) {
+                         if (++done == 30) queue.async_shutdown({}, [](std::error_code) {});
+                       });
+  io.run();
+  const auto m = queue.metrics();
+  CHECK(m.total.submitted == 30);
+  CHECK(m.total.succeeded == 30);
+  CHECK(m.total.depth == 0);
+  CHECK(m.total.in_flight == 0);
+  REQUIRE(m.lanes.size() == 5);
+  CHECK(m.lanes[0].name == "critical");
+  CHECK(m.lanes[0].stats.succeeded == 15);
+  CHECK(m.lanes[3].stats.succeeded == 15);
+  CHECK(m.clients.at("t1").submitted == 10);
+  CHECK(m.total.service_time.count == 30);
+  CHECK(m.total.service_time.p50_ms >= 0.9);
+  const auto j = laneq::to_json(m);
+  CHECK(j.dump().find("critical") != std::string::npos);
+  const auto prom = laneq::to_prometheus(m);
+  CHECK(prom.find("laneq_requests_submitted_total{lane=\"critical\"} 15") != std::string::npos);
+}

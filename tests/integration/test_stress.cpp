@@ -1,0 +1,105 @@
+// Stress: many submits with random priorities, clients, timeouts and cancels on a 4-thread
+// io_context. Every submit must complete exactly once, and the books must balance.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+
+#include "laneq/laneq.hpp"
+#include "support/run.hpp"
+
+using namespace std::chrono_literals;
+
+TEST_CASE("stress: 20000 random submits on 4 threads each complete exactly once",
+          "[queue][stress]") {
+  constexpr int n = 20000;
+  asio::io_context io(4);
+  laneq::SimulatedProvider provider({.latency = 50us, .jitter = 400us, .failure_rate = 0.05});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 8, .reserved_workers = 2, .max_pending = 2000,
+                             .max_pending_per_client = 900});
+  queue.start();
+
+  struct Slot {
+    std::atomic<int> completions{0};
+    std::error_code ec;
+    asio::cancellation_signal cancel;  // used on the submitter's strand only
+  };
+  auto slots = std::make_unique<Slot[]>(n);
+  std::atomic<int> completed{0};
+  std::atomic<int> ok{0}, timeout{0}, cancelled{0}, failed{0}, rejected{0};
+  const laneq::Priority prios[] = {laneq::Priority::critical, laneq::Priority::high,
+                                   laneq::Priority::normal, laneq::Priority::low,
+                                   laneq::Priority::background};
+
+  // 8 submitter strands; each submits its share and sometimes cancels one of its own later.
+  for (int s = 0; s < 8; ++s) {
+    auto strand = asio::make_strand(io);
+    asio::post(strand, [&, s, strand] {
+      std::mt19937_64 rng(1234 + s);
+      for (int i = s; i < n; i += 8) {
+        laneq::SubmitOptions o{.priority = prios[rng() % 5],
+                               .client = "c" + std::to_string(rng() % 17)};
+        if (rng() % 5 == 0) o.timeout = std::chrono::milliseconds(rng() % 20);
+        Slot& slot = slots[i];
+        queue.async_submit(
+            laneq::test::chat(), o,
+            asio::bind_cancellation_slot(
+                slot.cancel.slot(),
+                asio::bind_executor(strand, [&, i](std::error_code ec, laneq::Response) {
+                  Slot& sl = slots[i];
+                  sl.ec = ec;
+                  if (sl.completions.fetch_add(1) != 0) FAIL("completed twice: " << i);
+                  if (!ec) ++ok;
+                  else if (ec == laneq::errc::timeout) ++timeout;
+                  else if (ec == laneq::errc::cancelled) ++cancelled;
+                  else if (ec == laneq::errc::queue_full || ec == laneq::errc::client_queue_full)
+                    ++rejected;
+                  else ++failed;
+                  if (completed.fetch_add(1) + 1 == n)
+                    queue.async_shutdown({}, [](std::error_code) {});
+                })));
+        if (rng() % 10 == 0) {
+          auto t = std::make_shared<asio::steady_timer>(strand, std::chrono::microseconds(rng() % 3000));
+          t->async_wait([&, i, t](std::error_code) {
+            if (slots[i].completions.load() == 0)
+              slots[i].cancel.emit(asio::cancellation_type::terminal);
+          });
+        }
+      }
+    });
+  }
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&] { io.run(); });
+  for (auto& t : threads) t.join();
+
+  CHECK(completed == n);
+  for (int i = 0; i < n; ++i) REQUIRE(slots[i].completions.load() == 1);
+  const auto m = queue.metrics();
+  CHECK(m.total.submitted == static_cast<std::uint64_t>(n));
+  CHECK(m.total.succeeded == static_cast<std::uint64_t>(ok.load()));
+  CHECK(m.total.expired == static_cast<std::uint64_t>(timeout.load()));
+  CHECK(m.total.cancelled == static_cast<std::uint64_t>(cancelled.load()));
+  CHECK(m.total.failed == static_cast<std::uint64_t>(failed.load()));
+  CHECK(m.total.rejected == static_cast<std::uint64_t>(rejected.load()));
+  CHECK(m.total.depth == 0);
+  CHECK(m.total.in_flight == 0);
+  CHECK(m.total.waiting == 0);
+  CHECK(ok > n / 2);
+  CHECK(cancelled > 0);
+  CHECK(timeout > 0);
+  CHECK(failed > 0);
+  std::uint64_t lane_sum = 0;
+  for (auto& l : m.lanes) lane_sum += l.stats.submitted;
+  CHECK(lane_sum == static_cast<std::uint64_t>(n));
+}

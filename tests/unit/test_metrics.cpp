@@ -1,0 +1,404 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "laneq/metrics.hpp"
+
+using namespace std::chrono_literals;
+using laneq::LatencyHistogram;
+using laneq::Metrics;
+using From = Metrics::From;
+using Outcome = Metrics::Outcome;
+
+namespace {
+
+std::vector<Metrics::LaneInfo> two_lanes() { return {{"critical", 0}, {"low", 8}}; }
+
+double rel_error(std::chrono::nanoseconds got, double want_ns) {
+  return std::abs(static_cast<double>(got.count()) - want_ns) / want_ns;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+// ---- LatencyHistogram --------------------------------------------------------------------
+
+TEST_CASE("an empty histogram reports zero everywhere", "[metrics][histogram]") {
+  LatencyHistogram h;
+  CHECK(h.count() == 0);
+  CHECK(h.max() == 0ns);
+  CHECK(h.percentile(0.0) == 0ns);
+  CHECK(h.percentile(0.5) == 0ns);
+  CHECK(h.percentile(1.0) == 0ns);
+  const auto s = laneq::summarize(h);
+  CHECK(s.count == 0);
+  CHECK(s.p99_ms == 0);
+}
+
+TEST_CASE("a single value is every percentile of its histogram", "[metrics][histogram]") {
+  LatencyHistogram h;
+  h.record(1234567ns);
+  CHECK(h.count() == 1);
+  CHECK(h.max() == 1234567ns);
+  for (double q : {0.0, 0.01, 0.5, 0.99, 1.0}) CHECK(h.percentile(q) == 1234567ns);
+}
+
+TEST_CASE("a negative duration is recorded as zero", "[metrics][histogram]") {
+  LatencyHistogram h;
+  h.record(-5ms);
+  CHECK(h.count() == 1);
+  CHECK(h.max() == 0ns);
+  CHECK(h.percentile(0.5) == 0ns);
+}
+
+TEST_CASE("percentiles of a uniform distribution are within 7% relative error",
+          "[metrics][histogram]") {
+  LatencyHistogram h;
+  std::mt19937_64 rng(42);
+  std::uniform_int_distribution<std::int64_t> dist(10'000, 2'000'000'000);  // 10 us .. 2 s
+  std::vector<std::int64_t> values(100'000);
+  for (auto& v : values) h.record(std::chrono::nanoseconds(v = dist(rng)));
+  std::sort(values.begin(), values.end());
+  for (double q : {0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999}) {
+    const auto exact = values[static_cast<std::size_t>(std::ceil(q * values.size())) - 1];
+    INFO("q = " << q);
+    CHECK(rel_error(h.percentile(q), static_cast<double>(exact)) <= 0.07);
+  }
+  CHECK(h.percentile(1.0).count() == values.back());
+}
+
+TEST_CASE("relative error stays within 7% at every scale from 10 us to 10 h",
+          "[metrics][histogram]") {
+  for (std::int64_t ns = 10'000; ns < 36'000'000'000'000; ns = ns * 13 / 10) {
+    LatencyHistogram h;
+    h.record(std::chrono::nanoseconds(ns));
+    h.record(std::chrono::nanoseconds(ns * 100));  // so the min/max clamp cannot help
+    INFO("ns = " << ns);
+    CHECK(rel_error(h.percentile(0.5), static_cast<double>(ns)) <= 0.07);
+  }
+}
+
+TEST_CASE("max is exact and percentile(1) equals it", "[metrics][histogram]") {
+  LatencyHistogram h;
+  for (int i = 1; i <= 1000; ++i) h.record(std::chrono::microseconds(i * 37));
+  h.record(123456789ns);
+  CHECK(h.max() == 123456789ns);
+  CHECK(h.percentile(1.0) == 123456789ns);
+  CHECK(h.percentile(0.999) <= h.max());
+  // percentiles never decrease with q
+  auto prev = 0ns;
+  for (double q = 0; q <= 1.0; q += 0.01) {
+    CHECK(h.percentile(q) >= prev);
+    prev = h.percentile(q);
+  }
+}
+
+TEST_CASE("values beyond 2^36 us are clamped into the last bucket and max stays exact",
+          "[metrics][histogram]") {
+  LatencyHistogram h;
+  const auto huge = std::chrono::nanoseconds(std::chrono::hours(24 * 365 * 100));  // 100 years
+  h.record(1ms);
+  h.record(huge);
+  h.record(huge + 1ns);
+  CHECK(h.count() == 3);
+  CHECK(h.max() == huge + 1ns);
+  CHECK(h.percentile(1.0) == huge + 1ns);
+  // the median falls in the clamp bucket: somewhere between 2^35 and 2^36 us
+  const auto p50 = h.percentile(0.5);
+  CHECK(p50 >= std::chrono::microseconds(std::int64_t{1} << 35));
+  CHECK(p50 <= std::chrono::microseconds(std::int64_t{1} << 36));
+  CHECK(h.percentile(0.0) == 1ms);
+}
+
+TEST_CASE("merging histograms equals recording everything into one", "[metrics][histogram]") {
+  LatencyHistogram a, b, all;
+  for (int i = 0; i < 500; ++i) {
+    const auto d = std::chrono::microseconds(i * i + 3);
+    (i % 3 ? a : b).record(d);
+    all.record(d);
+  }
+  LatencyHistogram empty;
+  a.merge(empty);
+  a.merge(b);
+  CHECK(a.count() == all.count());
+  CHECK(a.max() == all.max());
+  CHECK(a.sum().count() == Approx(all.sum().count()));
+  for (double q : {0.0, 0.1, 0.5, 0.9, 0.99, 1.0}) CHECK(a.percentile(q) == all.percentile(q));
+  empty.merge(all);
+  CHECK(empty.percentile(0.0) == all.percentile(0.0));
+}
+
+// ---- Metrics -----------------------------------------------------------------------------
+
+TEST_CASE("counters add up through a request life cycle", "[metrics]") {
+  Metrics m(two_lanes());
+  const auto a = m.client("alice");
+  m.submitted(0, a);
+  m.enqueued(0, a, false);
+  auto s = m.snapshot();
+  CHECK(s.lanes[0].stats.depth == 1);
+  CHECK(s.clients.at("alice").depth == 1);
+  CHECK(s.total.depth == 1);
+
+  m.started(0, a, 3ms);
+  s = m.snapshot();
+  CHECK(s.total.depth == 0);
+  CHECK(s.total.in_flight == 1);
+  CHECK(s.total.started == 1);
+
+  m.finished(0, a, Outcome::succeeded, From::in_flight, 20ms);
+  s = m.snapshot();
+  REQUIRE(s.lanes.size() == 2);
+  CHECK(s.lanes[0].name == "critical");
+  CHECK(s.lanes[0].priority == 0);
+  CHECK(s.lanes[1].name == "low");
+  for (const auto* x : {&s.lanes[0].stats, &s.clients.at("alice"), &s.total}) {
+    CHECK(x->submitted == 1);
+    CHECK(x->started == 1);
+    CHECK(x->succeeded == 1);
+    CHECK(x->depth == 0);
+    CHECK(x->in_flight == 0);
+    CHECK(x->queue_wait.count == 1);
+    CHECK(x->queue_wait.p50_ms == Approx(3.0));
+    CHECK(x->service_time.count == 1);
+    CHECK(x->service_time.max_ms == Approx(20.0));
+    CHECK(x->service_time.sum_ms == Approx(20.0));
+  }
+  CHECK(s.lanes[1].stats.submitted == 0);
+  CHECK(s.uptime_s >= 0);
+}
+
+TEST_CASE("waiting, requeued and early finishes keep the gauges balanced", "[metrics]") {
+  Metrics m(two_lanes());
+  const auto c = m.client("bob");
+  // backpressure: waits, then gets room, runs, is retried once, then fails
+  m.submitted(1, c);
+  m.waiting(1, c);
+  CHECK(m.snapshot().total.waiting == 1);
+  m.enqueued(1, c, true);
+  m.started(1, c, 1ms);
+  m.requeued(1, c);
+  auto s = m.snapshot();
+  CHECK(s.total.waiting == 0);
+  CHECK(s.total.depth == 1);
+  CHECK(s.total.in_flight == 0);
+  CHECK(s.total.retried == 1);
+  m.started(1, c, 2ms);
+  m.finished(1, c, Outcome::failed, From::in_flight, 5ms);
+  // expires while waiting for room; is cancelled while queued; is rejected
+  m.submitted(1, c);
+  m.waiting(1, c);
+  m.finished(1, c, Outcome::expired, From::waiting, 0ns);
+  m.submitted(1, c);
+  m.enqueued(1, c, false);
+  m.finished(1, c, Outcome::cancelled, From::queued, 0ns);
+  m.submitted(1, c);
+  m.rejected(1, c);
+
+  s = m.snapshot();
+  for (const auto* x : {&s.lanes[1].stats, &s.clients.at("bob"), &s.total}) {
+    CHECK(x->submitted == 4);
+    CHECK(x->started == 2);
+    CHECK(x->retried == 1);
+    CHECK(x->failed == 1);
+    CHECK(x->expired == 1);
+    CHECK(x->cancelled == 1);
+    CHECK(x->rejected == 1);
+    CHECK(x->depth == 0);
+    CHECK(x->in_flight == 0);
+    CHECK(x->waiting == 0);
+    CHECK(x->queue_wait.count == 2);
+    CHECK(x->service_time.count == 1);  // only finishes from in_flight have a service time
+  }
+}
+
+TEST_CASE("an out-of-range lane or a null client ref records nothing wrong", "[metrics]") {
+  Metrics m(two_lanes());
+  m.submitted(7, m.client("x"));
+  m.submitted(0, Metrics::ClientRef{});
+  const auto s = m.snapshot();
+  CHECK(s.total.submitted == 1);
+  CHECK(s.clients.at("x").submitted == 0);
+}
+
+TEST_CASE("clients beyond max_clients share the _other series", "[metrics]") {
+  Metrics m(two_lanes(), 3);
+  for (int i = 0; i < 10; ++i) m.submitted(0, m.client("c" + std::to_string(i)));
+  m.submitted(0, m.client("c0"));  // a known client keeps its own series
+  const auto s = m.snapshot();
+  CHECK(s.clients.size() == 4);
+  CHECK(s.clients.at("c0").submitted == 2);
+  CHECK(s.clients.at("c2").submitted == 1);
+  CHECK(s.clients.count("c3") == 0);
+  CHECK(s.clients.at("_other").submitted == 7);
+  CHECK(m.client("c5") == m.client("c9"));
+  CHECK(m.client("c0") != m.client("c1"));
+  CHECK(s.total.submitted == 11);
+}
+
+TEST_CASE("a snapshot can be taken while another thread records", "[metrics][threads]") {
+  Metrics m(two_lanes(), 50);
+  constexpr int n = 25'000;  // x 4 events = 100k events
+  std::atomic<bool> done{false};
+  std::thread recorder([&] {
+    for (int i = 0; i < n; ++i) {
+      const auto lane = static_cast<std::size_t>(i % 2);
+      const auto c = m.client("t" + std::to_string(i % 100));  // half of them overflow
+      m.submitted(lane, c);
+      m.enqueued(lane, c, false);
+      m.started(lane, c, std::chrono::microseconds(i % 1000));
+      m.finished(lane, c, Outcome::succeeded, From::in_flight,
+                 std::chrono::microseconds(i % 777));
+    }
+    done = true;
+  });
+  std::uint64_t last = 0;
+  int snapshots = 0, bad = 0;
+  while (!done || snapshots == 0) {
+    const auto s = m.snapshot();
+    // each event is atomic: counters only grow, at most one request is between events
+    bad += s.total.submitted < last || s.total.in_flight < 0 || s.total.in_flight > 1 ||
+           s.total.depth < 0 || s.total.depth > 1;
+    last = s.total.submitted;
+    ++snapshots;
+  }
+  recorder.join();
+  CHECK(bad == 0);
+  const auto s = m.snapshot();
+  CHECK(s.total.submitted == n);
+  CHECK(s.total.succeeded == n);
+  CHECK(s.total.service_time.count == n);
+  CHECK(s.total.depth == 0);
+  CHECK(s.clients.size() == 51);
+  CHECK(s.clients.at("_other").submitted == n / 2);
+}
+
+TEST_CASE("duplicate lane names are rejected", "[metrics]") {
+  CHECK_THROWS_AS(Metrics({{"a", 0}, {"a", 1}}), std::invalid_argument);
+}
+
+// ---- export ------------------------------------------------------------------------------
+
+namespace {
+laneq::MetricsSnapshot sample_snapshot() {
+  Metrics m(two_lanes());
+  const auto a = m.client("alice");
+  const auto evil = m.client("ev\"il\\na\nme");
+  for (auto c : {a, evil, a}) {
+    m.submitted(0, c);
+    m.enqueued(0, c, false);
+    m.started(0, c, 2ms);
+    m.finished(0, c, Outcome::succeeded, From::in_flight, 10ms);
+  }
+  m.submitted(1, a);
+  m.rejected(1, a);
+  return m.snapshot();
+}
+}  // namespace
+
+TEST_CASE("to_json has every field, nested by lane and client", "[metrics][export]") {
+  const auto s = sample_snapshot();
+  const nlohmann::json j = laneq::to_json(s);
+  CHECK(j.at("uptime_s").is_number());
+  CHECK(j.at("total").at("submitted") == 4);
+  CHECK(j.at("total").at("rejected") == 1);
+  for (const char* k : {"depth", "in_flight", "waiting", "submitted", "started", "succeeded",
+                        "failed", "rejected", "expired", "cancelled", "retried"})
+    CHECK(j.at("total").contains(k));
+  for (const char* k : {"count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sum_ms"}) {
+    CHECK(j.at("total").at("queue_wait").contains(k));
+    CHECK(j.at("total").at("service_time").contains(k));
+  }
+  CHECK(j.at("total").at("service_time").at("count") == 3);
+  REQUIRE(j.at("lanes").size() == 2);
+  CHECK(j.at("lanes")[0].at("name") == "critical");
+  CHECK(j.at("lanes")[1].at("priority") == 8);
+  CHECK(j.at("lanes")[0].at("stats").at("succeeded") == 3);
+  CHECK(j.at("clients").at("alice").at("submitted") == 3);
+  CHECK(j.at("clients").at("ev\"il\\na\nme").at("succeeded") == 1);
+  const nlohmann::json implicit = s;  // ADL to_json
+  CHECK(implicit == j);
+}
+
+TEST_CASE("to_prometheus output parses line by line", "[metrics][export]") {
+  const auto text = laneq::to_prometheus(sample_snapshot());
+  REQUIRE(!text.empty());
+  CHECK(text.back() == '\n');
+  // name{label="escaped value"[,quantile="q"]} value
+  const std::regex sample_re(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")"
+      R"((,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")*\})? )"
+      R"((NaN|[+-]Inf|-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)$)");
+  const std::regex comment_re(R"(^# (HELP [a-zA-Z_:][a-zA-Z0-9_:]* .+|)"
+                              R"(TYPE [a-zA-Z_:][a-zA-Z0-9_:]* (counter|gauge|summary))$)");
+  int samples = 0;
+  for (const auto& line : lines_of(text)) {
+    INFO(line);
+    if (line.starts_with('#')) {
+      CHECK(std::regex_match(line, comment_re));
+    } else {
+      CHECK(std::regex_match(line, sample_re));
+      ++samples;
+    }
+  }
+  CHECK(samples > 50);
+  CHECK(text.find("laneq_requests_submitted_total{lane=\"critical\"} 3\n") != std::string::npos);
+  CHECK(text.find("laneq_requests_rejected_total{lane=\"low\"} 1\n") != std::string::npos);
+  CHECK(text.find("laneq_client_requests_submitted_total{client=\"alice\"} 3\n") !=
+        std::string::npos);
+  CHECK(text.find("laneq_queue_depth{lane=\"critical\"} 0\n") != std::string::npos);
+  CHECK(text.find("laneq_service_time_seconds{lane=\"critical\",quantile=\"0.5\"} 0.01") !=
+        std::string::npos);
+  CHECK(text.find("laneq_service_time_seconds_count{lane=\"critical\"} 3\n") != std::string::npos);
+  CHECK(text.find("laneq_queue_wait_seconds{lane=\"low\",quantile=\"0.99\"} NaN\n") !=
+        std::string::npos);
+  CHECK(text.find("laneq_uptime_seconds ") != std::string::npos);
+}
+
+TEST_CASE("to_prometheus writes HELP and TYPE once per family, before its samples",
+          "[metrics][export]") {
+  const auto text = laneq::to_prometheus(sample_snapshot(), "svc");
+  std::set<std::string> typed, helped;
+  std::string current;  // family of the last TYPE line
+  for (const auto& line : lines_of(text)) {
+    std::istringstream in(line);
+    std::string hash, kind, name;
+    if (line.starts_with("# ")) {
+      in >> hash >> kind >> name;
+      CHECK((kind == "HELP" ? helped : typed).insert(name).second);  // once per family
+      if (kind == "TYPE") current = name;
+      continue;
+    }
+    name = line.substr(0, line.find_first_of("{ "));
+    INFO(line);
+    CHECK(name.starts_with("svc_"));
+    // samples follow their family's TYPE line; summaries add _sum and _count
+    CHECK((name == current || name == current + "_sum" || name == current + "_count"));
+  }
+  CHECK(typed == helped);
+  CHECK(typed.count("svc_requests_submitted_total") == 1);
+  CHECK(typed.count("svc_client_queue_wait_seconds") == 1);
+  CHECK(text.find("# TYPE svc_queue_wait_seconds summary\n") != std::string::npos);
+  CHECK(text.find("# TYPE svc_in_flight gauge\n") != std::string::npos);
+  CHECK_THROWS_AS(laneq::to_prometheus(sample_snapshot(), "bad prefix"), std::invalid_argument);
+}
+
+TEST_CASE("to_prometheus escapes a client name with a quote, a backslash and a newline",
+          "[metrics][export]") {
+  const auto text = laneq::to_prometheus(sample_snapshot());
+  CHECK(text.find(R"(laneq_client_requests_succeeded_total{client="ev\"il\\na\nme"} 1)") !=
+        std::string::npos);
+  CHECK(text.find("ev\"il") == std::string::npos);  // never unescaped
+}

@@ -1,0 +1,339 @@
+// Scheduler: pure logic on a virtual clock.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "laneq/scheduler.hpp"
+
+using namespace std::chrono_literals;
+using laneq::Scheduler;
+using laneq::SchedulerConfig;
+using laneq::SchedulerLane;
+using laneq::TimePoint;
+
+namespace {
+
+const TimePoint t0{};
+
+SchedulerConfig five_lanes() {
+  return {.lanes = {{.priority = 0, .reserved = true}, {.priority = 1}, {.priority = 5},
+                    {.priority = 8}, {.priority = 10}}};
+}
+
+struct Fixture {
+  explicit Fixture(SchedulerConfig c = five_lanes()) : s(std::move(c)) {}
+  Scheduler s;
+  std::uint64_t next = 1;
+
+  std::uint64_t push(int priority, std::string client = "", TimePoint at = t0,
+                     std::optional<TimePoint> deadline = std::nullopt, std::uint32_t cost = 1) {
+    const auto payload = next++;
+    auto r = s.push({.lane = s.lane_index(priority), .client = client, .payload = payload,
+                     .enqueued_at = at, .deadline = deadline, .cost = cost});
+    REQUIRE(r.status == Scheduler::PushStatus::ok);
+    return payload;
+  }
+  std::uint64_t pop(TimePoint now = t0) {
+    auto item = s.pop(now);
+    return item ? item->payload : 0;
+  }
+  std::vector<std::uint64_t> drain(TimePoint now = t0) {
+    std::vector<std::uint64_t> out;
+    while (auto item = s.pop(now)) out.push_back(item->payload);
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("strict priority: a lower priority value is always served first", "[scheduler]") {
+  Fixture f;
+  const auto bg = f.push(10), low = f.push(8), normal = f.push(5), high = f.push(1),
+             crit = f.push(0);
+  CHECK(f.drain() == std::vector<std::uint64_t>{crit, high, normal, low, bg});
+}
+
+TEST_CASE("equal priority from one client is served FIFO", "[scheduler]") {
+  Fixture f;
+  std::vector<std::uint64_t> in;
+  for (int i = 0; i < 100; ++i) in.push_back(f.push(5, "a"));
+  CHECK(f.drain() == in);
+}
+
+TEST_CASE("a critical request overtakes a backlog of 10000 low requests", "[scheduler]") {
+  Fixture f;
+  for (int i = 0; i < 10000; ++i) f.push(8, "batch");
+  const auto crit = f.push(0, "chat");
+  CHECK(f.pop() == crit);
+  CHECK(f.s.size() == 10000);
+}
+
+TEST_CASE("equal clients in a lane alternate", "[scheduler]") {
+  Fixture f;
+  std::vector<std::uint64_t> a, b;
+  for (int i = 0; i < 5; ++i) {
+    a.push_back(f.push(5, "a"));
+    b.push_back(f.push(5, "b"));
+  }
+  const auto out = f.drain();
+  REQUIRE(out.size() == 10);
+  for (int i = 0; i < 5; ++i) {
+    CHECK(out[2 * i] == a[i]);
+    CHECK(out[2 * i + 1] == b[i]);
+  }
+}
+
+TEST_CASE("a client with 1000 queued delays another client's single request by at most one turn",
+          "[scheduler]") {
+  Fixture f;
+  for (int i = 0; i < 1000; ++i) f.push(5, "heavy");
+  f.pop();  // the heavy client is mid-turn
+  const auto single = f.push(5, "light");
+  const auto first = f.pop();
+  const auto second = f.pop();
+  CHECK((first == single || second == single));
+}
+
+TEST_CASE("weights give a client that many turns per round (deficit round-robin)",
+          "[scheduler]") {
+  Fixture f;
+  f.s.set_client_weight("gold", 3);
+  std::set<std::uint64_t> gold;
+  for (int i = 0; i < 30; ++i) {
+    gold.insert(f.push(5, "gold"));
+    f.push(5, "free");
+  }
+  const auto out = f.drain();
+  // in every window of 4 while both are backlogged: 3 gold, 1 free
+  for (std::size_t w = 0; w + 4 <= 36; w += 4) {
+    int g = 0;
+    for (std::size_t i = w; i < w + 4; ++i) g += gold.count(out[i]) ? 1 : 0;
+    CHECK(g == 3);
+  }
+}
+
+TEST_CASE("cost-based DRR shares cost units, not request counts", "[scheduler]") {
+  Fixture f(SchedulerConfig{.lanes = {{.priority = 5}}, .quantum = 100});
+  std::set<std::uint64_t> big;
+  for (int i = 0; i < 20; ++i) {
+    big.insert(f.push(5, "big", t0, std::nullopt, 100));
+    for (int k = 0; k < 4; ++k) f.push(5, "small", t0, std::nullopt, 25);
+  }
+  const auto out = f.drain();
+  // while both are backlogged, each round serves 1 big (100) and 4 small (4 x 25)
+  for (std::size_t w = 0; w + 5 <= 50; w += 5) {
+    int b = 0;
+    for (std::size_t i = w; i < w + 5; ++i) b += big.count(out[i]) ? 1 : 0;
+    CHECK(b == 1);
+  }
+}
+
+TEST_CASE("aging lifts a waiting background request one lane per age_step", "[scheduler]") {
+  auto cfg = five_lanes();
+  cfg.lanes[4].age_step = 1s;  // background
+  Fixture f(cfg);
+  const auto bg = f.push(10, "batch", t0);
+  // constant critical load: one new critical request per pop, each newer than the background one
+  int served_before = 0;
+  TimePoint now = t0;
+  for (; served_before < 1000; ++served_before) {
+    f.push(0, "chat", now);
+    const auto got = f.pop(now);
+    if (got == bg) break;
+    now += 100ms;
+  }
+  // 4 lanes to climb (rank 4 -> 0) at one per second: served once 4 s have passed
+  CHECK(now >= t0 + 4s);
+  CHECK(now <= t0 + 4s + 100ms);
+}
+
+TEST_CASE("without aging a background request starves under constant critical load",
+          "[scheduler]") {
+  Fixture f;
+  const auto bg = f.push(10, "batch", t0);
+  TimePoint now = t0;
+  for (int i = 0; i < 1000; ++i) {
+    f.push(0, "chat", now);
+    CHECK(f.pop(now) != bg);
+    now += 100ms;
+  }
+}
+
+TEST_CASE("a reserved pop only takes reserved lanes", "[scheduler]") {
+  Fixture f;
+  f.push(5);
+  CHECK_FALSE(f.s.has_reserved_work());
+  CHECK_FALSE(f.s.pop_reserved(t0));
+  const auto crit = f.push(0);
+  CHECK(f.s.has_reserved_work());
+  auto item = f.s.pop_reserved(t0);
+  REQUIRE(item);
+  CHECK(item->payload == crit);
+}
+
+TEST_CASE("capacity and per-client limits reject with distinct statuses", "[scheduler]") {
+  Scheduler s({.lanes = {{.priority = 5}}, .max_pending = 3, .max_pending_per_client = 2});
+  auto push = [&](std::string c) {
+    return s.push({.lane = 0, .client = c, .payload = 1, .enqueued_at = t0}).status;
+  };
+  CHECK(push("a") == Scheduler::PushStatus::ok);
+  CHECK(push("a") == Scheduler::PushStatus::ok);
+  CHECK(push("a") == Scheduler::PushStatus::client_queue_full);
+  CHECK(push("b") == Scheduler::PushStatus::ok);
+  CHECK(push("c") == Scheduler::PushStatus::queue_full);
+  CHECK(s.push({.lane = 7, .client = "x"}).status == Scheduler::PushStatus::unknown_lane);
+  CHECK(s.full());
+  CHECK(s.client_size("a") == 2);
+}
+
+TEST_CASE("remove by id takes a queued item out once and only once", "[scheduler]") {
+  Scheduler s(five_lanes());
+  const auto a = s.push({.lane = 2, .client = "x", .payload = 11}).id;
+  const auto b = s.push({.lane = 2, .client = "x", .payload = 22}).id;
+  auto removed = s.remove(a);
+  REQUIRE(removed);
+  CHECK(removed->payload == 11);
+  CHECK_FALSE(s.remove(a));
+  auto item = s.pop(t0);
+  REQUIRE(item);
+  CHECK(item->id == b);
+  CHECK_FALSE(s.remove(b));  // popped
+  // a freed slot is reused with a new generation: the old id stays invalid
+  const auto c = s.push({.lane = 2, .client = "x", .payload = 33}).id;
+  CHECK(c != a);
+  CHECK_FALSE(s.remove(a));
+  CHECK(s.remove(c));
+  CHECK_FALSE(s.remove(0));
+}
+
+TEST_CASE("lane default deadlines and explicit deadlines expire earliest first", "[scheduler]") {
+  auto cfg = five_lanes();
+  cfg.lanes[2].timeout = 10s;  // normal
+  cfg.lanes[3].timeout = 3s;   // low
+  Fixture f(cfg);
+  const auto n1 = f.push(5, "a", t0);                   // 10 s
+  const auto l1 = f.push(8, "a", t0 + 1s);              // 4 s
+  const auto e1 = f.push(10, "a", t0, t0 + 2s);         // explicit 2 s
+  const auto none = f.push(10, "a", t0);                // no deadline (background has none)
+  const auto e2 = f.push(1, "a", t0, t0 + 20s);         // explicit 20 s
+  (void)none;
+  REQUIRE(f.s.next_deadline() == t0 + 2s);
+  CHECK_FALSE(f.s.pop_expired(t0 + 1s));
+  std::vector<std::uint64_t> expired;
+  while (auto item = f.s.pop_expired(t0 + 15s)) expired.push_back(item->payload);
+  CHECK(expired == std::vector<std::uint64_t>{e1, l1, n1});
+  CHECK(f.s.next_deadline() == t0 + 20s);
+  CHECK(f.s.remove(f.s.pop(t0)->id) == std::nullopt);  // popping e2 leaves only `none`
+  (void)e2;
+  CHECK_FALSE(f.s.next_deadline());
+  CHECK(f.s.size() == 1);
+}
+
+TEST_CASE("invalid scheduler config throws naming the field", "[scheduler]") {
+  CHECK_THROWS_WITH(Scheduler(SchedulerConfig{}), Catch::Contains("lanes"));
+  CHECK_THROWS_WITH(Scheduler({.lanes = {{.priority = 1}, {.priority = 1}}}),
+                    Catch::Contains("duplicate priority"));
+  CHECK_THROWS_WITH(Scheduler({.lanes = {{.priority = 1}}, .quantum = 0}),
+                    Catch::Contains("quantum"));
+  CHECK_THROWS_WITH(Scheduler({.lanes = {{.priority = 1, .timeout = -1s}}}),
+                    Catch::Contains("timeout"));
+}
+
+TEST_CASE("idle clients are forgotten so client names do not grow memory without bound",
+          "[scheduler]") {
+  Scheduler s({.lanes = {{.priority = 5}}});
+  for (int i = 0; i < 20000; ++i) {
+    s.push({.lane = 0, .client = "tenant-" + std::to_string(i), .payload = 1});
+    REQUIRE(s.pop(t0));
+  }
+  CHECK(s.client_count() <= 4097 + 1);
+}
+
+// Reference model: per lane, per client FIFO, round-robin with the ring order of activation.
+TEST_CASE("property: random push/pop/remove/expire sequences match a reference model",
+          "[scheduler][property]") {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto cfg = five_lanes();
+    cfg.lanes[1].timeout = 50ms;
+    cfg.max_pending = 200;
+    cfg.max_pending_per_client = 60;
+    Scheduler s(cfg);
+
+    struct Ref {
+      std::uint64_t payload, id;
+      std::size_t lane;
+      std::string client;
+      TimePoint deadline;
+    };
+    std::map<std::uint64_t, Ref> live;  // by payload
+    std::set<std::uint64_t> resolved;
+    std::uint64_t next = 1;
+    TimePoint now = t0;
+    std::uniform_int_distribution<int> op(0, 9), lane(0, 4), client(0, 3);
+    for (int step = 0; step < 3000; ++step) {
+      now += std::chrono::milliseconds(rng() % 3);
+      const int o = op(rng);
+      if (o < 5) {
+        const std::size_t l = static_cast<std::size_t>(lane(rng));
+        const std::string c = "c" + std::to_string(client(rng));
+        std::optional<TimePoint> dl;
+        if (rng() % 4 == 0) dl = now + std::chrono::milliseconds(rng() % 40);
+        std::size_t client_pending = 0;
+        for (auto& [p, r] : live) client_pending += r.client == c ? 1 : 0;
+        auto res = s.push({.lane = l, .client = c, .payload = next, .enqueued_at = now,
+                           .deadline = dl});
+        if (live.size() >= 200) {
+          REQUIRE(res.status == Scheduler::PushStatus::queue_full);
+        } else if (client_pending >= 60) {
+          REQUIRE(res.status == Scheduler::PushStatus::client_queue_full);
+        } else {
+          REQUIRE(res.status == Scheduler::PushStatus::ok);
+          const auto lane_dl = l == 1 ? now + 50ms : TimePoint::max();
+          live[next] = {next, res.id, l, c, dl ? *dl : lane_dl};
+        }
+        ++next;
+      } else if (o < 8) {
+        auto item = s.pop(now);
+        if (live.empty()) {
+          REQUIRE_FALSE(item);
+          continue;
+        }
+        REQUIRE(item);
+        // nothing in a better lane was waiting
+        for (auto& [p, r] : live) REQUIRE(r.lane >= item->lane);
+        // FIFO inside the client and lane
+        const auto& me = live.at(item->payload);
+        for (auto& [p, r] : live)
+          if (r.lane == me.lane && r.client == me.client) REQUIRE(p >= item->payload);
+        REQUIRE(resolved.insert(item->payload).second);
+        live.erase(item->payload);
+      } else if (o < 9 && !live.empty()) {
+        auto it = live.begin();
+        std::advance(it, static_cast<long>(rng() % live.size()));
+        auto removed = s.remove(it->second.id);
+        REQUIRE(removed);
+        REQUIRE(removed->payload == it->first);
+        REQUIRE(resolved.insert(it->first).second);
+        live.erase(it);
+      } else {
+        while (auto item = s.pop_expired(now)) {
+          REQUIRE(live.at(item->payload).deadline <= now);
+          REQUIRE(resolved.insert(item->payload).second);
+          live.erase(item->payload);
+        }
+        for (auto& [p, r] : live) REQUIRE(r.deadline > now);
+      }
+      REQUIRE(s.size() == live.size());
+    }
+    // nothing lost: what is left drains completely
+    while (auto item = s.pop(now)) {
+      REQUIRE(live.erase(item->payload) == 1);
+    }
+    REQUIRE(live.empty());
+  }
+}
