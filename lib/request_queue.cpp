@@ -65,6 +65,10 @@ void validate(const QueueConfig& c) {
       if (c.lanes[j].priority == l.priority)
         bad_config(where + ".priority " + std::to_string(static_cast<int>(l.priority)) +
                    " is used by lanes[" + std::to_string(j) + "] too");
+    for (std::size_t j = 0; j < i; ++j)
+      if (lane_name(c.lanes[j]) == lane_name(l))
+        bad_config(where + ".name \"" + lane_name(l) + "\" is used by lanes[" + std::to_string(j) +
+                   "] too");
     any_reserved = any_reserved || l.reserved;
   }
   if (c.reserved_workers > 0 && !any_reserved)
@@ -275,13 +279,17 @@ class queue_impl {
     if (op->deadline != never) wait_deadlines_.erase({op->deadline, op});
   }
 
-  // Room appeared in the scheduler: waiters go in, in arrival order.
+  // Room appeared in the scheduler: waiters go in, in arrival order, and parked workers get
+  // what they may take (a critical waiter may be for a parked reserved worker).
   void admit_waiters() {
+    bool admitted = false;
     while (wait_head_ && !sched_.full()) {
       op_ptr op = wait_head_;
       unlink_waiting(op);
       enqueue(op, true);
+      admitted = true;
     }
+    if (admitted) hand_out();
   }
 
   // --- hand-off to workers (strand) ---
@@ -289,6 +297,8 @@ class queue_impl {
   // Gives queued work to parked workers: reserved lanes to reserved workers first, so a general
   // worker stays free for everything else.
   void hand_out() {
+    if (handing_out_) return;  // take_from() -> admit_waiters() -> here: the outer loop goes on
+    handing_out_ = true;
     while (!idle_reserved_.empty() && sched_.has_reserved_work()) {
       worker* w = idle_reserved_.back();
       idle_reserved_.pop_back();
@@ -299,6 +309,7 @@ class queue_impl {
       idle_any_.pop_back();
       wake(*w, take_from(sched_.pop(steady::now())));
     }
+    handing_out_ = false;
   }
 
   void wake(worker& w, op_ptr op) {
@@ -502,6 +513,7 @@ class queue_impl {
   std::vector<unique_function<void(std::error_code)>> shutdown_waiters_;
   std::size_t in_flight_ = 0;
   std::size_t workers_alive_ = 0;
+  bool handing_out_ = false;
   bool started_ = false;
   bool stopping_ = false;
   bool drain_ = true;
@@ -542,6 +554,9 @@ void RequestQueue::start_shutdown(ShutdownOptions opts,
 MetricsSnapshot RequestQueue::metrics() const { return impl_->metrics(); }
 
 void RequestQueue::set_client_weight(std::string client, std::uint32_t weight) {
+  if (weight == 0)
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            "set_client_weight: weight must be >= 1 (client \"" + client + "\")");
   impl_->set_client_weight(std::move(client), weight);
 }
 

@@ -241,6 +241,28 @@ TEST_CASE("when full, submit waits for room by default and fails queue_full in r
   CHECK(queue.metrics().total.rejected == 1);
 }
 
+TEST_CASE("a critical request admitted from the waiting list goes to a parked reserved worker",
+          "[queue][backpressure][reserved]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 100ms});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .reserved_workers = 1, .max_pending = 2});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    // one low call in flight on the general worker, two low ones queued: the queue is full
+    for (int i = 0; i < 3; ++i)
+      queue.async_submit(chat(), {.priority = Priority::low}, [](auto, auto) {});
+    asio::steady_timer t(co_await asio::this_coro::executor, 10ms);
+    co_await t.async_wait(asio::use_awaitable);
+    // waits for room (~100 ms, when the general worker takes the next low request); then the
+    // idle reserved worker must start it at once rather than after another 100 ms low call
+    const laneq::Response r = co_await queue.submit(chat(), {.priority = Priority::critical});
+    CHECK(r.queue_wait >= 50ms);
+    CHECK(r.queue_wait < 160ms);
+    co_await queue.shutdown();
+  });
+}
+
 TEST_CASE("a client over its pending limit gets client_queue_full, others still get in",
           "[queue][backpressure]") {
   asio::io_context io;
@@ -415,6 +437,16 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
          "reserved");
   expect({.client_weights = {{"x", 0}}}, "client_weights");
   expect({.quantum = 0}, "quantum");
+  expect({.lanes = {{.priority = Priority::high, .name = "x"}, {.priority = Priority::low, .name = "x"}}},
+         "name");
+  laneq::RequestQueue ok(io.get_executor(), provider, {});
+  try {
+    ok.set_client_weight("tenant", 0);
+    FAIL("accepted weight 0");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_config);
+  }
+  CHECK_THROWS_AS(laneq::SubmitOptions{.client = std::string(64, 'x')}, std::length_error);
 }
 
 TEST_CASE("provider failures reach the caller with their code and details", "[queue][errors]") {
