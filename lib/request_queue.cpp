@@ -104,6 +104,7 @@ std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfi
 struct worker {
   bool reserved = false;
   op_ptr current = nullptr;
+  Response result;  // the provider's answer lands here; only the error code travels the resume
   asio::cancellation_signal signal;
   unique_function<void(op_ptr)> parked;
 };
@@ -113,6 +114,7 @@ class queue_impl {
   queue_impl(asio::any_io_executor ex, Provider& provider, QueueConfig cfg)
       : cfg_((validate(cfg), std::move(cfg))),
         strand_(asio::make_strand(ex)),
+        strand_any_(strand_),
         provider_(provider),
         sched_(scheduler_config(cfg_)),
         metrics_(metric_lanes(sched_, cfg_), cfg_.metrics_max_clients),
@@ -356,19 +358,18 @@ class queue_impl {
     if (op->st == state::in_flight) {
       w.current = op;
       std::error_code ec;
-      Response resp;
       try {
         auto token = asio::experimental::as_tuple(asio::use_awaitable);
-        std::tie(ec, resp) = co_await asio::async_initiate<decltype(token),
-                                                           void(std::error_code, Response)>(
+        std::tie(ec) = co_await asio::async_initiate<decltype(token), void(std::error_code)>(
             [this, &w, op](auto handler) {
               provider_.async_call(
-                  op->request, CallContext{strand_, w.signal.slot(), op->deadline},
-                  CallCompletion([h = std::move(handler)](std::error_code e, Response r) mutable {
+                  op->request, CallContext{strand_any_, w.signal.slot(), op->deadline},
+                  CallCompletion([h = std::move(handler), &w](std::error_code e, Response r) mutable {
+                    // The worker is suspended on exactly this completion: nobody else touches
+                    // w.result until the dispatch below resumes it on the strand.
+                    w.result = std::move(r);
                     auto ex = asio::get_associated_executor(h);
-                    asio::dispatch(ex, [h = std::move(h), e, r = std::move(r)]() mutable {
-                      std::move(h)(e, std::move(r));
-                    });
+                    asio::dispatch(ex, asio::detail::bind_handler(std::move(h), e));
                   }));
             },
             token);
@@ -377,12 +378,14 @@ class queue_impl {
       }
       w.current = nullptr;
       if (op->st == state::in_flight) {  // not already resolved by cancel / timeout
+        Response& resp = w.result;
         resp.attempts = 1;
         resp.queue_wait = op->started_at - op->submitted_at;
         resp.service_time = steady::now() - op->started_at;
         finish(op, ec, ec ? Metrics::Outcome::failed : Metrics::Outcome::succeeded,
                Metrics::From::in_flight, std::move(resp));
       }
+      w.result = Response{};
     }
     --in_flight_;
     op->release();
@@ -392,8 +395,11 @@ class queue_impl {
 
   // --- resolution (strand) ---
 
+  void finish(op_ptr op, std::error_code ec, Metrics::Outcome outcome, Metrics::From from) {
+    finish(op, ec, outcome, from, Response{});
+  }
   void finish(op_ptr op, std::error_code ec, Metrics::Outcome outcome, Metrics::From from,
-              Response resp = {}) {
+              Response&& resp) {
     const auto service = from == Metrics::From::in_flight ? steady::now() - op->started_at
                                                           : steady::duration::zero();
     metrics_.finished(op->lane, op->client_ref, outcome, from, service);
@@ -499,6 +505,7 @@ class queue_impl {
 
   QueueConfig cfg_;
   asio::strand<asio::any_io_executor> strand_;
+  asio::any_io_executor strand_any_;  // converted once: each conversion allocates
   Provider& provider_;
   Scheduler sched_;
   Metrics metrics_;

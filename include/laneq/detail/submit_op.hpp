@@ -41,7 +41,7 @@ struct submit_op_base {
   submit_op_base& operator=(const submit_op_base&) = delete;
 
   // Resolves the caller: stores the result and posts the handler to its executor. Exactly once.
-  void complete(std::error_code ec, Response r) {
+  void complete(std::error_code ec, Response&& r) {
     assert(st != state::done && "a submit must complete exactly once");
     st = state::done;
     post_completion(ec, std::move(r));
@@ -70,7 +70,7 @@ struct submit_op_base {
  protected:
   virtual ~submit_op_base() = default;
   // The result travels with the posted completion, so a queued op carries no Response.
-  virtual void post_completion(std::error_code ec, Response r) = 0;
+  virtual void post_completion(std::error_code ec, Response&& r) = 0;
   virtual void destroy() noexcept = 0;
 
  private:
@@ -116,11 +116,11 @@ class submit_op final : public submit_op_base {
     void operator()() { op->invoke(ec, std::move(response)); }
   };
 
-  void post_completion(std::error_code ec, Response r) override {
+  void post_completion(std::error_code ec, Response&& r) override {
     asio::post(work_.get_executor(), invoker{this, ec, std::move(r)});
   }
 
-  void invoke(std::error_code ec, Response r) {
+  void invoke(std::error_code ec, Response&& r) {
     auto slot = asio::get_associated_cancellation_slot(handler_);
     if (slot.is_connected()) slot.clear();
     Handler h(std::move(handler_));
