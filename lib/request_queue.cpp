@@ -32,6 +32,10 @@ namespace detail {
 namespace {
 
 using steady = std::chrono::steady_clock;
+// Worker coroutines run on the typed strand (see CallExecutor): no type-erased re-wrapping.
+template <class T>
+using strand_awaitable = asio::awaitable<T, CallExecutor>;
+constexpr asio::use_awaitable_t<CallExecutor> on_strand{};
 using op_ptr = submit_op_base*;
 using state = submit_op_base::state;
 constexpr auto never = steady::time_point::max();
@@ -43,7 +47,10 @@ constexpr auto never = steady::time_point::max();
 std::string lane_name(const LaneConfig& l) {
   if (!l.name.empty()) return l.name;
   const auto n = priority_name(l.priority);
-  return n.empty() ? "p" + std::to_string(static_cast<int>(l.priority)) : std::string(n);
+  if (!n.empty()) return std::string(n);
+  std::string name = std::to_string(static_cast<int>(l.priority));
+  name.insert(0, 1, 'p');  // not "p" + ...: GCC 12 -O3 reports a false -Wrestrict for it
+  return name;
 }
 
 void validate(const QueueConfig& c) {
@@ -114,7 +121,6 @@ class queue_impl {
   queue_impl(asio::any_io_executor ex, Provider& provider, QueueConfig cfg)
       : cfg_((validate(cfg), std::move(cfg))),
         strand_(asio::make_strand(ex)),
-        strand_any_(strand_),
         provider_(provider),
         sched_(scheduler_config(cfg_)),
         metrics_(metric_lanes(sched_, cfg_), cfg_.metrics_max_clients),
@@ -331,16 +337,16 @@ class queue_impl {
     return op;
   }
 
-  asio::awaitable<op_ptr> park(worker& w) {
-    return asio::async_initiate<const asio::use_awaitable_t<>&, void(op_ptr)>(
+  strand_awaitable<op_ptr> park(worker& w) {
+    return asio::async_initiate<const asio::use_awaitable_t<CallExecutor>&, void(op_ptr)>(
         [this, &w](auto handler) {
           w.parked = std::move(handler);
           (w.reserved ? idle_reserved_ : idle_any_).push_back(&w);
         },
-        asio::use_awaitable);
+        on_strand);
   }
 
-  asio::awaitable<void> run_worker(worker& w) {
+  strand_awaitable<void> run_worker(worker& w) {
     for (;;) {
       op_ptr op = take_from(w.reserved ? sched_.pop_reserved(steady::now())
                                        : sched_.pop(steady::now()));
@@ -354,16 +360,16 @@ class queue_impl {
     if (--workers_alive_ == 0) finish_shutdown();
   }
 
-  asio::awaitable<void> call(worker& w, op_ptr op) {
+  strand_awaitable<void> call(worker& w, op_ptr op) {
     if (op->st == state::in_flight) {
       w.current = op;
       std::error_code ec;
       try {
-        auto token = asio::experimental::as_tuple(asio::use_awaitable);
+        auto token = asio::experimental::as_tuple(on_strand);
         std::tie(ec) = co_await asio::async_initiate<decltype(token), void(std::error_code)>(
             [this, &w, op](auto handler) {
               provider_.async_call(
-                  op->request, CallContext{strand_any_, w.signal.slot(), op->deadline},
+                  op->request, CallContext{strand_, w.signal.slot(), op->deadline},
                   CallCompletion([h = std::move(handler), &w](std::error_code e, Response r) mutable {
                     // The worker is suspended on exactly this completion: nobody else touches
                     // w.result until the dispatch below resumes it on the strand.
@@ -504,8 +510,7 @@ class queue_impl {
   }
 
   QueueConfig cfg_;
-  asio::strand<asio::any_io_executor> strand_;
-  asio::any_io_executor strand_any_;  // converted once: each conversion allocates
+  CallExecutor strand_;
   Provider& provider_;
   Scheduler sched_;
   Metrics metrics_;

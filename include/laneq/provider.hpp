@@ -7,14 +7,19 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/strand.hpp>
 
 #include "laneq/detail/unique_function.hpp"
 #include "laneq/request.hpp"
 
 namespace laneq {
 
+// The queue's strand, typed: posting through an any_io_executor that wraps a strand allocates
+// on every post (require/prefer build a new strand object), which is the hot path here.
+using CallExecutor = asio::strand<asio::any_io_executor>;
+
 struct CallContext {
-  asio::any_io_executor executor;      // where the provider may run its I/O and timers
+  CallExecutor executor;               // the queue's strand: run I/O and timers on it
   asio::cancellation_slot cancel;      // emitted (terminal) to abort the call; may be unconnected
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
