@@ -1,6 +1,7 @@
 #include "laneq/request_queue.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <set>
 #include <utility>
 
@@ -141,8 +142,25 @@ class queue_impl {
 
   // --- entry points (any thread) ---
 
+  // Submits from any thread land in a small intake; only the first of a burst posts to the
+  // strand, which admits the whole burst in order (one strand trip per burst, not per submit).
   void post_admit(op_ptr op) {
-    asio::post(strand_, [this, op] { admit(op); });
+    bool first;
+    {
+      std::lock_guard lock(intake_mu_);
+      first = intake_.empty();
+      intake_.push_back(op);
+    }
+    if (first) asio::post(strand_, [this] { drain_intake(); });
+  }
+
+  void drain_intake() {
+    {
+      std::lock_guard lock(intake_mu_);
+      intake_.swap(admitting_);
+    }
+    for (op_ptr op : admitting_) admit(op);
+    admitting_.clear();
   }
 
   void post_cancel(op_ptr op) {
@@ -310,12 +328,14 @@ class queue_impl {
     while (!idle_reserved_.empty() && sched_.has_reserved_work()) {
       worker* w = idle_reserved_.back();
       idle_reserved_.pop_back();
-      wake(*w, take_from(sched_.pop_reserved(steady::now())));
+      const auto now = steady::now();
+      wake(*w, take_from(sched_.pop_reserved(now), now));
     }
     while (!idle_any_.empty() && !sched_.empty()) {
       worker* w = idle_any_.back();
       idle_any_.pop_back();
-      wake(*w, take_from(sched_.pop(steady::now())));
+      const auto now = steady::now();
+      wake(*w, take_from(sched_.pop(now), now));
     }
     handing_out_ = false;
   }
@@ -325,11 +345,11 @@ class queue_impl {
   }
 
   // Bookkeeping for a request leaving the scheduler towards a worker.
-  op_ptr take_from(std::optional<Scheduler::Item> item) {
+  op_ptr take_from(std::optional<Scheduler::Item> item, steady::time_point now) {
     if (!item) return nullptr;
     auto* op = reinterpret_cast<op_ptr>(item->payload);
     op->st = state::in_flight;
-    op->started_at = steady::now();
+    op->started_at = now;
     op->add_ref();  // the worker's
     ++in_flight_;
     metrics_.started(op->lane, op->client_ref, op->started_at - op->submitted_at);
@@ -348,8 +368,8 @@ class queue_impl {
 
   strand_awaitable<void> run_worker(worker& w) {
     for (;;) {
-      op_ptr op = take_from(w.reserved ? sched_.pop_reserved(steady::now())
-                                       : sched_.pop(steady::now()));
+      const auto now = steady::now();
+      op_ptr op = take_from(w.reserved ? sched_.pop_reserved(now) : sched_.pop(now), now);
       if (!op) {
         if (stop_workers_) break;
         op = co_await park(w);
@@ -386,8 +406,6 @@ class queue_impl {
       if (op->st == state::in_flight) {  // not already resolved by cancel / timeout
         Response& resp = w.result;
         resp.attempts = 1;
-        resp.queue_wait = op->started_at - op->submitted_at;
-        resp.service_time = steady::now() - op->started_at;
         finish(op, ec, ec ? Metrics::Outcome::failed : Metrics::Outcome::succeeded,
                Metrics::From::in_flight, std::move(resp));
       }
@@ -409,6 +427,10 @@ class queue_impl {
     const auto service = from == Metrics::From::in_flight ? steady::now() - op->started_at
                                                           : steady::duration::zero();
     metrics_.finished(op->lane, op->client_ref, outcome, from, service);
+    if (from == Metrics::From::in_flight) {
+      resp.queue_wait = op->started_at - op->submitted_at;
+      resp.service_time = service;
+    }
     op->complete(ec, std::move(resp));
   }
 
@@ -511,6 +533,9 @@ class queue_impl {
 
   QueueConfig cfg_;
   CallExecutor strand_;
+  std::mutex intake_mu_;
+  std::vector<op_ptr> intake_;     // guarded by intake_mu_
+  std::vector<op_ptr> admitting_;  // strand only
   Provider& provider_;
   Scheduler sched_;
   Metrics metrics_;

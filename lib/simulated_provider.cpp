@@ -36,9 +36,14 @@ SimulatedProvider::SimulatedProvider(SimulatedProviderConfig config)
 void SimulatedProvider::script(SimulatedOutcome outcome) {
   std::lock_guard lock(mu_);
   script_.push_back(std::move(outcome));
+  scripted_.fetch_add(1, std::memory_order_release);
 }
 
 SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
+  // Nothing random or scripted to decide: no lock (the B1 no-op path).
+  if (!cfg_.latency_fn && cfg_.jitter.count() <= 0 && cfg_.failure_rate <= 0 &&
+      scripted_.load(std::memory_order_acquire) == 0)
+    return {cfg_.latency, {}};
   std::lock_guard lock(mu_);
   plan p{cfg_.latency, {}};
   if (cfg_.latency_fn) {
@@ -50,6 +55,7 @@ SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
   if (!script_.empty()) {
     p.outcome = std::move(script_.front());
     script_.pop_front();
+    scripted_.fetch_sub(1, std::memory_order_release);
     if (p.outcome.latency) p.latency = *p.outcome.latency;
   } else if (cfg_.failure_rate > 0 &&
              std::uniform_real_distribution<double>(0, 1)(rng_) < cfg_.failure_rate) {

@@ -62,6 +62,7 @@ class SimulatedProvider final : public Provider {
   std::mutex mu_;
   std::mt19937_64 rng_;
   std::deque<SimulatedOutcome> script_;
+  std::atomic<std::size_t> scripted_{0};  // script_.size(), readable without the lock
   std::atomic<std::uint64_t> calls_{0};
   std::atomic<std::uint64_t> aborted_{0};
   std::atomic<std::int64_t> in_flight_{0};

@@ -202,9 +202,10 @@ TEST_CASE("with aging, a background request is served within its bound under con
   lanes[4].age_step = 20ms;  // background: 4 lanes to climb -> served after ~80 ms
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .lanes = lanes});
   queue.start();
-  // Keep the critical lane busy: two queued at all times for 600 ms (bounded, so that a
-  // regression fails the checks below instead of hanging). Outside the coroutine: the last
-  // callbacks run after it returned.
+  // Keep the critical lane busy: five feeders, so four are queued while one runs and a
+  // feeder's callback may lag ~20 ms under load without the lane running dry; for 600 ms
+  // (bounded, so that a regression fails the checks below instead of hanging). Outside the
+  // coroutine: the last callbacks run after it returned.
   int critical_done = 0;
   const auto feed_until = std::chrono::steady_clock::now() + 600ms;
   std::function<void()> feed = [&] {
@@ -216,8 +217,7 @@ TEST_CASE("with aging, a background request is served within its bound under con
                        });
   };
   run(io, [&]() -> asio::awaitable<void> {
-    feed();
-    feed();
+    for (int i = 0; i < 5; ++i) feed();
     const laneq::Response r = co_await queue.submit(chat(), {.priority = Priority::background});
     CHECK(r.queue_wait >= 60ms);   // it did wait behind critical work...
     CHECK(r.queue_wait < 400ms);   // ...but not until the critical load ended
