@@ -4,6 +4,8 @@
 #include "laneq/metrics.hpp"
 #include "laneq/priority.hpp"
 #include "laneq/provider.hpp"
+#include "laneq/rate_budget.hpp"
+#include "laneq/rate_limit_headers.hpp"
 #include "laneq/request.hpp"
 #include "laneq/request_queue.hpp"
 #include "laneq/scheduler.hpp"

@@ -1,0 +1,132 @@
+#include "laneq/rate_budget.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace laneq {
+
+namespace {
+
+__extension__ using int128 = __int128;  // GCC/Clang: cost * period overflows 64 bits for big TPM
+
+void check_spec(const BudgetSpec& s, const std::string& where) {
+  if (s.limit < 1) throw std::invalid_argument(where + ".limit must be >= 1");
+  if (s.period.count() <= 0) throw std::invalid_argument(where + ".period must be > 0");
+}
+
+}  // namespace
+
+RateBudgets::RateBudgets(std::vector<BudgetSpec> specs) {
+  if (specs.empty()) throw std::invalid_argument("RateBudgets: no budgets");
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    check_spec(specs[i], "BudgetSpec[" + std::to_string(i) + "] (" + specs[i].name + ")");
+    budgets_.push_back(Budget{.spec = std::move(specs[i])});
+  }
+}
+
+Duration RateBudgets::spacing(const Budget& b, std::int64_t cost) const {
+  // cost * period / limit without overflow (periods are ns, costs may be millions of tokens)
+  const int128 ns = static_cast<int128>(cost) * b.spec.period.count() / b.spec.limit;
+  return Duration(static_cast<Duration::rep>(ns));
+}
+
+void RateBudgets::expire(Budget& b, TimePoint now) {
+  while (!b.window.empty() && b.window.front().at + b.spec.period <= now) {
+    b.spent -= b.window.front().cost;
+    b.window.pop_front();
+  }
+}
+
+bool RateBudgets::fits(std::span<const std::int64_t> costs) const {
+  if (costs.size() != budgets_.size()) return false;
+  for (std::size_t i = 0; i < costs.size(); ++i)
+    if (costs[i] > budgets_[i].spec.limit) return false;
+  return true;
+}
+
+RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs, TimePoint now) {
+  if (costs.size() != budgets_.size())
+    throw std::invalid_argument("RateBudgets::try_acquire: one cost per budget expected");
+  if (!fits(costs)) return {.granted = false, .ready_at = TimePoint::max(), .never = true};
+
+  TimePoint ready = std::max(now, paused_until_);
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    const std::int64_t cost = costs[i];
+    if (cost <= 0) continue;
+    Budget& b = budgets_[i];
+    expire(b, now);
+    if (b.spent + cost > b.spec.limit) {
+      // the earliest time enough old grants have aged out
+      std::int64_t need = b.spent + cost - b.spec.limit;
+      for (const Entry& e : b.window) {
+        need -= e.cost;
+        if (need <= 0) {
+          ready = std::max(ready, e.at + b.spec.period);
+          break;
+        }
+      }
+    }
+    if (b.spec.smooth) ready = std::max(ready, b.next_smooth);
+  }
+  if (ready > now) return {.granted = false, .ready_at = ready};
+
+  const Ticket ticket = next_ticket_++;
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    if (costs[i] <= 0) continue;
+    Budget& b = budgets_[i];
+    b.window.push_back({now, costs[i], ticket});
+    b.spent += costs[i];
+    if (b.spec.smooth) b.next_smooth = now + spacing(b, costs[i]);
+  }
+  return {.granted = true, .ready_at = now, .ticket = ticket};
+}
+
+void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t estimate,
+                            std::int64_t actual, TimePoint now) {
+  Budget& b = budgets_.at(budget);
+  actual = std::max<std::int64_t>(0, actual);
+  expire(b, now);
+  // Recent grants are at the back: search from there.
+  for (auto it = b.window.rbegin(); it != b.window.rend(); ++it) {
+    if (it->ticket != ticket) continue;
+    const std::int64_t diff = actual - it->cost;
+    it->cost = actual;
+    b.spent += diff;
+    if (b.spec.smooth) b.next_smooth = std::max(it->at, b.next_smooth + spacing(b, diff));
+    return;
+  }
+  if (const std::int64_t owed = actual - estimate; owed > 0) {
+    b.window.push_back({now, owed, 0});
+    b.spent += owed;
+  }
+}
+
+void RateBudgets::pause_until(TimePoint until) noexcept {
+  paused_until_ = std::max(paused_until_, until);
+}
+
+void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration period) {
+  Budget& b = budgets_.at(budget);
+  BudgetSpec s = b.spec;
+  s.limit = limit;
+  s.period = period;
+  check_spec(s, "RateBudgets::set_limit (" + s.name + ")");
+  b.spec = std::move(s);
+}
+
+void RateBudgets::lower_remaining(std::size_t budget, std::int64_t remaining, TimePoint now) {
+  Budget& b = budgets_.at(budget);
+  expire(b, now);
+  const std::int64_t local = b.spec.limit - b.spent;
+  if (remaining < 0 || remaining >= local) return;  // never raise, ignore nonsense
+  b.window.push_back({now, local - remaining, 0});
+  b.spent += local - remaining;
+}
+
+std::int64_t RateBudgets::available(std::size_t budget, TimePoint now) {
+  Budget& b = budgets_.at(budget);
+  expire(b, now);
+  return b.spec.limit - b.spent;
+}
+
+}  // namespace laneq

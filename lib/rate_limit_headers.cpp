@@ -1,0 +1,353 @@
+#include "laneq/rate_limit_headers.hpp"
+
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <system_error>
+
+namespace laneq {
+
+namespace {
+
+using std::chrono::nanoseconds;
+using SysTime = std::chrono::system_clock::time_point;
+using SysDur = std::chrono::system_clock::duration;
+
+constexpr std::uint64_t kMaxNs = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+
+constexpr bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+
+constexpr char lower(char c) noexcept {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (lower(a[i]) != lower(b[i])) return false;
+  return true;
+}
+
+std::string_view trim(std::string_view s) noexcept {
+  constexpr std::string_view ws = " \t\r\n";
+  const auto b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+// ---- decimal numbers: [0-9]*(\.[0-9]*)? with at least one digit (Go's rules) ----
+
+struct Number {
+  std::uint64_t whole = 0;
+  bool whole_overflow = false;
+  std::uint64_t frac = 0;   // fraction digits kept (as an integer) ...
+  double scale = 1.0;       // ... over this power of ten
+};
+
+bool scan_number(std::string_view s, std::size_t& pos, Number& n) noexcept {
+  bool any = false;
+  while (pos < s.size() && is_digit(s[pos])) {
+    any = true;
+    const auto d = static_cast<std::uint64_t>(s[pos] - '0');
+    if (n.whole > (kMaxNs - d) / 10) n.whole_overflow = true;
+    else n.whole = n.whole * 10 + d;
+    ++pos;
+  }
+  if (pos < s.size() && s[pos] == '.') {
+    ++pos;
+    bool overflow = false;
+    while (pos < s.size() && is_digit(s[pos])) {
+      any = true;
+      const auto d = static_cast<std::uint64_t>(s[pos] - '0');
+      if (!overflow && n.frac <= 100'000'000'000'000'000ULL) {
+        n.frac = n.frac * 10 + d;
+        n.scale *= 10.0;
+      } else {
+        overflow = true;  // further digits are below any unit's resolution: drop them
+      }
+      ++pos;
+    }
+  }
+  return any;
+}
+
+// n * unit, in nanoseconds; nullopt when it does not fit in int64.
+std::optional<std::uint64_t> scale_number(const Number& n, std::uint64_t unit) noexcept {
+  if (n.whole_overflow || n.whole > kMaxNs / unit) return std::nullopt;
+  std::uint64_t v = n.whole * unit;
+  if (n.frac > 0) {
+    const double extra = static_cast<double>(n.frac) * (static_cast<double>(unit) / n.scale);
+    // extra < unit <= 3.6e12, so the conversion is safe.
+    v += static_cast<std::uint64_t>(extra);
+    if (v > kMaxNs) return std::nullopt;
+  }
+  return v;
+}
+
+// A whole string that is one non-negative decimal number, times `unit` nanoseconds.
+std::optional<nanoseconds> parse_decimal(std::string_view s, std::uint64_t unit) noexcept {
+  std::size_t pos = 0;
+  Number n;
+  if (!scan_number(s, pos, n) || pos != s.size()) return std::nullopt;
+  const auto v = scale_number(n, unit);
+  if (!v) return std::nullopt;
+  return nanoseconds(static_cast<std::int64_t>(*v));
+}
+
+std::optional<std::int64_t> parse_non_negative_int(std::string_view s) noexcept {
+  std::int64_t v = 0;
+  const auto* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc{} || ptr != end || v < 0) return std::nullopt;
+  return v;
+}
+
+// ---- civil dates ----
+
+// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+constexpr std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) noexcept {
+  y -= m <= 2 ? 1 : 0;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const auto yoe = static_cast<unsigned>(y - era * 400);                  // [0, 399]
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;   // [0, 365]
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;            // [0, 146096]
+  return era * 146097 + static_cast<std::int64_t>(doe) - 719468;
+}
+static_assert(days_from_civil(1970, 1, 1) == 0);
+static_assert(days_from_civil(2000, 3, 1) == 11017);
+
+constexpr bool is_leap(std::int64_t y) noexcept {
+  return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+}
+
+constexpr unsigned days_in_month(std::int64_t y, unsigned m) noexcept {
+  constexpr std::array<unsigned, 12> days{31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return (m == 2 && is_leap(y)) ? 29 : days[m - 1];
+}
+
+// Reads exactly `count` digits at s[pos].
+bool fixed_digits(std::string_view s, std::size_t pos, std::size_t count, unsigned& out) noexcept {
+  if (pos + count > s.size()) return false;
+  unsigned v = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!is_digit(s[pos + i])) return false;
+    v = v * 10 + static_cast<unsigned>(s[pos + i] - '0');
+  }
+  out = v;
+  return true;
+}
+
+struct Civil {
+  unsigned year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+};
+
+bool valid(const Civil& c) noexcept {
+  return c.month >= 1 && c.month <= 12 && c.day >= 1 && c.day <= days_in_month(c.year, c.month) &&
+         c.hour <= 23 && c.minute <= 59 && c.second <= 60;  // 60: leap second
+}
+
+// Seconds since the epoch (UTC) + sub-second nanoseconds -> a system_clock time point, or nullopt
+// when out of the representable range.
+std::optional<SysTime> make_time(const Civil& c, std::int64_t offset_seconds,
+                                 std::int64_t nanos) noexcept {
+  const std::int64_t secs = days_from_civil(c.year, c.month, c.day) * 86400 +
+                            std::int64_t{c.hour} * 3600 + std::int64_t{c.minute} * 60 +
+                            std::int64_t{c.second} - offset_seconds;
+  constexpr std::int64_t max_secs =
+      std::chrono::duration_cast<std::chrono::seconds>(SysDur::max()).count() - 1;
+  constexpr std::int64_t min_secs =
+      std::chrono::duration_cast<std::chrono::seconds>(SysDur::min()).count() + 1;
+  if (secs > max_secs || secs < min_secs) return std::nullopt;
+  return SysTime(std::chrono::duration_cast<SysDur>(std::chrono::seconds(secs)) +
+                 std::chrono::duration_cast<SysDur>(nanoseconds(nanos)));
+}
+
+// max(0, t - now) in nanoseconds, saturating instead of overflowing.
+nanoseconds until(SysTime t, SysTime now) noexcept {
+  const auto a = t.time_since_epoch().count();
+  const auto b = now.time_since_epoch().count();
+  if (a <= b) return nanoseconds(0);
+  using Rep = SysDur::rep;
+  constexpr Rep rep_max = std::numeric_limits<Rep>::max();
+  if (b < 0 && a > rep_max + b) return nanoseconds::max();
+  const SysDur diff(a - b);
+  if (diff > std::chrono::duration_cast<SysDur>(nanoseconds::max())) return nanoseconds::max();
+  return std::chrono::duration_cast<nanoseconds>(diff);
+}
+
+// ---- header look-up ----
+
+// The trimmed value of the first header named a+b+c+d (any case), or nullopt.
+std::optional<std::string_view> find_header(const Headers& headers, std::string_view a,
+                                            std::string_view b = {}, std::string_view c = {},
+                                            std::string_view d = {}) noexcept {
+  const std::size_t len = a.size() + b.size() + c.size() + d.size();
+  for (const auto& [k, v] : headers) {
+    if (k.size() != len) continue;
+    const std::string_view key(k);
+    if (iequals(key.substr(0, a.size()), a) && iequals(key.substr(a.size(), b.size()), b) &&
+        iequals(key.substr(a.size() + b.size(), c.size()), c) &&
+        iequals(key.substr(a.size() + b.size() + c.size()), d))
+      return trim(v);
+  }
+  return std::nullopt;
+}
+
+template <class T, class F>
+void set_if(std::optional<T>& field, const std::optional<std::string_view>& value, F parse) noexcept {
+  if (!value) return;
+  if (auto parsed = parse(*value)) field = *parsed;
+}
+
+}  // namespace
+
+std::optional<nanoseconds> parse_go_duration(std::string_view s) noexcept {
+  if (s.empty()) return std::nullopt;
+  if (s == "0") return nanoseconds(0);
+  std::uint64_t total = 0;
+  std::size_t pos = 0;
+  while (pos < s.size()) {
+    Number n;
+    if (!scan_number(s, pos, n)) return std::nullopt;
+    const std::size_t unit_start = pos;
+    while (pos < s.size() && s[pos] != '.' && !is_digit(s[pos])) ++pos;
+    const std::string_view unit_name = s.substr(unit_start, pos - unit_start);
+    std::uint64_t unit = 0;
+    if (unit_name == "ns") unit = 1;
+    else if (unit_name == "us" || unit_name == "\xC2\xB5s" /* µ U+00B5 */ ||
+             unit_name == "\xCE\xBCs" /* μ U+03BC */)
+      unit = 1'000;
+    else if (unit_name == "ms") unit = 1'000'000;
+    else if (unit_name == "s") unit = 1'000'000'000;
+    else if (unit_name == "m") unit = 60'000'000'000;
+    else if (unit_name == "h") unit = 3'600'000'000'000;
+    else return std::nullopt;  // missing or unknown unit
+    const auto v = scale_number(n, unit);
+    if (!v || *v > kMaxNs - total) return std::nullopt;
+    total += *v;
+  }
+  return nanoseconds(static_cast<std::int64_t>(total));
+}
+
+std::optional<SysTime> parse_rfc3339(std::string_view s) noexcept {
+  // YYYY-MM-DDTHH:MM:SS[.f+](Z|+hh:mm|-hh:mm)
+  Civil c;
+  if (s.size() < 20 || !fixed_digits(s, 0, 4, c.year) || s[4] != '-' ||
+      !fixed_digits(s, 5, 2, c.month) || s[7] != '-' || !fixed_digits(s, 8, 2, c.day) ||
+      (s[10] != 'T' && s[10] != 't') || !fixed_digits(s, 11, 2, c.hour) || s[13] != ':' ||
+      !fixed_digits(s, 14, 2, c.minute) || s[16] != ':' || !fixed_digits(s, 17, 2, c.second))
+    return std::nullopt;
+  if (!valid(c)) return std::nullopt;
+  std::size_t pos = 19;
+  std::int64_t nanos = 0;
+  if (s[pos] == '.') {
+    ++pos;
+    const std::size_t start = pos;
+    std::int64_t scale = 100'000'000;
+    while (pos < s.size() && is_digit(s[pos])) {
+      nanos += (s[pos] - '0') * scale;  // digits past the 9th add 0
+      scale /= 10;
+      ++pos;
+    }
+    if (pos == start) return std::nullopt;
+  }
+  if (pos >= s.size()) return std::nullopt;
+  std::int64_t offset = 0;
+  if (s[pos] == 'Z' || s[pos] == 'z') {
+    ++pos;
+  } else if (s[pos] == '+' || s[pos] == '-') {
+    unsigned oh = 0, om = 0;
+    if (!fixed_digits(s, pos + 1, 2, oh) || pos + 3 >= s.size() || s[pos + 3] != ':' ||
+        !fixed_digits(s, pos + 4, 2, om) || oh > 23 || om > 59)
+      return std::nullopt;
+    offset = (s[pos] == '-' ? -1 : 1) * (std::int64_t{oh} * 3600 + std::int64_t{om} * 60);
+    pos += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (pos != s.size()) return std::nullopt;
+  return make_time(c, offset, nanos);
+}
+
+std::optional<SysTime> parse_http_date(std::string_view s) noexcept {
+  // Sun, 06 Nov 1994 08:49:37 GMT
+  // 0123456789012345678901234567890
+  static constexpr std::array<std::string_view, 7> day_names{"Mon", "Tue", "Wed", "Thu",
+                                                             "Fri", "Sat", "Sun"};
+  static constexpr std::array<std::string_view, 12> month_names{
+      "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  if (s.size() != 29) return std::nullopt;
+  bool day_ok = false;
+  for (const auto d : day_names) day_ok = day_ok || s.substr(0, 3) == d;
+  if (!day_ok || s.substr(3, 2) != ", " || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' ||
+      s[19] != ':' || s[22] != ':' || s.substr(25) != " GMT")
+    return std::nullopt;
+  Civil c;
+  for (unsigned i = 0; i < month_names.size(); ++i)
+    if (s.substr(8, 3) == month_names[i]) c.month = i + 1;
+  if (!fixed_digits(s, 5, 2, c.day) || !fixed_digits(s, 12, 4, c.year) ||
+      !fixed_digits(s, 17, 2, c.hour) || !fixed_digits(s, 20, 2, c.minute) ||
+      !fixed_digits(s, 23, 2, c.second) || !valid(c))
+    return std::nullopt;
+  return make_time(c, 0, 0);
+}
+
+RateLimitInfo parse_rate_limit_headers(const Headers& headers, SysTime now) noexcept {
+  RateLimitInfo info;
+
+  // OpenAI: x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+  const std::array<std::pair<std::string_view, RateLimitInfo::Bucket*>, 2> openai{{
+      {"requests", &info.requests},
+      {"tokens", &info.tokens},
+  }};
+  for (const auto& [name, bucket] : openai) {
+    set_if(bucket->limit, find_header(headers, "x-ratelimit-limit-", name), parse_non_negative_int);
+    set_if(bucket->remaining, find_header(headers, "x-ratelimit-remaining-", name),
+           parse_non_negative_int);
+    set_if(bucket->reset_after, find_header(headers, "x-ratelimit-reset-", name), parse_go_duration);
+  }
+
+  // Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,...}
+  const std::array<std::pair<std::string_view, RateLimitInfo::Bucket*>, 4> anthropic{{
+      {"requests", &info.requests},
+      {"tokens", &info.tokens},
+      {"input-tokens", &info.input_tokens},
+      {"output-tokens", &info.output_tokens},
+  }};
+  constexpr std::string_view prefix = "anthropic-ratelimit-";
+  for (const auto& [name, bucket] : anthropic) {
+    set_if(bucket->limit, find_header(headers, prefix, name, "-limit"), parse_non_negative_int);
+    set_if(bucket->remaining, find_header(headers, prefix, name, "-remaining"),
+           parse_non_negative_int);
+    set_if(bucket->reset_after, find_header(headers, prefix, name, "-reset"),
+           [now](std::string_view v) -> std::optional<nanoseconds> {
+             if (auto t = parse_rfc3339(v)) return until(*t, now);
+             return std::nullopt;
+           });
+  }
+
+  // retry-after-ms wins over retry-after.
+  set_if(info.retry_after, find_header(headers, "retry-after-ms"),
+         [](std::string_view v) { return parse_decimal(v, 1'000'000); });
+  if (!info.retry_after) {
+    set_if(info.retry_after, find_header(headers, "retry-after"),
+           [now](std::string_view v) -> std::optional<nanoseconds> {
+             if (!v.empty() && (is_digit(v[0]) || v[0] == '.')) return parse_decimal(v, 1'000'000'000);
+             if (auto t = parse_http_date(v)) return until(*t, now);
+             return std::nullopt;
+           });
+  }
+
+  set_if(info.should_retry, find_header(headers, "x-should-retry"),
+         [](std::string_view v) -> std::optional<bool> {
+           if (iequals(v, "true")) return true;
+           if (iequals(v, "false")) return false;
+           return std::nullopt;
+         });
+  return info;
+}
+
+}  // namespace laneq

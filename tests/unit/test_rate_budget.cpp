@@ -1,0 +1,226 @@
+// RateBudgets: the limiter's arithmetic on a virtual clock.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "laneq/rate_budget.hpp"
+
+using namespace std::chrono_literals;
+using laneq::BudgetSpec;
+using laneq::RateBudgets;
+using laneq::TimePoint;
+
+namespace {
+
+const TimePoint t0 = TimePoint{} + 1h;
+
+std::vector<std::int64_t> c(std::initializer_list<std::int64_t> v) { return v; }
+
+// Max sum of `cost` over grants inside any window [t, t + len).
+template <class Grants>
+std::int64_t max_in_window(const Grants& grants, laneq::Duration len) {
+  std::int64_t best = 0;
+  for (std::size_t i = 0; i < grants.size(); ++i) {
+    std::int64_t sum = 0;
+    for (std::size_t j = i; j < grants.size() && grants[j].first < grants[i].first + len; ++j)
+      sum += grants[j].second;
+    best = std::max(best, sum);
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("a full budget may be spent in one burst, then waits for the oldest unit to age out",
+          "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 50, .period = 5s}});
+  for (int i = 0; i < 50; ++i) REQUIRE(b.try_acquire(c({1}), t0).granted);
+  auto g = b.try_acquire(c({1}), t0 + 1s);
+  CHECK_FALSE(g.granted);
+  CHECK(g.ready_at == t0 + 5s);
+  CHECK(b.try_acquire(c({1}), t0 + 5s).granted);
+  CHECK(b.available(0, t0 + 5s) == 49);  // the burst aged out; one new unit is spent
+}
+
+TEST_CASE("spent units come back exactly one period after they were spent", "[rate_budget]") {
+  RateBudgets b({{.name = "tokens", .limit = 100, .period = 10s}});
+  REQUIRE(b.try_acquire(c({60}), t0).granted);
+  REQUIRE(b.try_acquire(c({40}), t0 + 4s).granted);
+  auto g = b.try_acquire(c({50}), t0 + 5s);
+  CHECK_FALSE(g.granted);
+  CHECK(g.ready_at == t0 + 10s);  // the 60 from t0 come back then
+  CHECK(b.available(0, t0 + 10s) == 60);
+  CHECK(b.available(0, t0 + 14s) == 100);
+}
+
+TEST_CASE("smooth mode spaces grants period / limit apart", "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 600, .period = 60s, .smooth = true}});
+  REQUIRE(b.try_acquire(c({1}), t0).granted);
+  auto g = b.try_acquire(c({1}), t0);
+  CHECK_FALSE(g.granted);
+  CHECK(g.ready_at == t0 + 100ms);
+  CHECK(b.try_acquire(c({1}), t0 + 100ms).granted);
+  CHECK_FALSE(b.try_acquire(c({1}), t0 + 150ms).granted);
+}
+
+TEST_CASE("every budget must fit at once, and the wait is for the slowest", "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 10, .period = 60s},
+                 {.name = "tokens", .limit = 1000, .period = 60s}});
+  REQUIRE(b.try_acquire(c({1, 600}), t0).granted);
+  auto g = b.try_acquire(c({1, 600}), t0 + 1s);
+  CHECK_FALSE(g.granted);
+  CHECK(g.ready_at == t0 + 60s);
+  CHECK(b.available(0, t0 + 1s) == 9);  // a refused acquire charges nothing
+  CHECK(b.try_acquire(c({1, 300}), t0 + 1s).granted);
+}
+
+TEST_CASE("reconcile refunds an overestimate and charges an underestimate", "[rate_budget]") {
+  RateBudgets b({{.name = "tokens", .limit = 1000, .period = 60s}});
+  auto g1 = b.try_acquire(c({600}), t0);
+  REQUIRE(g1.granted);
+  CHECK_FALSE(b.try_acquire(c({600}), t0 + 1s).granted);
+  b.reconcile(g1.ticket, 0, 600, 100, t0 + 2s);  // used 100 of 600
+  CHECK(b.available(0, t0 + 2s) == 900);
+  auto g2 = b.try_acquire(c({600}), t0 + 2s);
+  REQUIRE(g2.granted);
+  b.reconcile(g2.ticket, 0, 600, 850, t0 + 3s);  // used more than estimated
+  CHECK(b.available(0, t0 + 3s) == 50);
+}
+
+TEST_CASE("a charge beyond the limit is debt paid from future budget", "[rate_budget]") {
+  RateBudgets b({{.name = "tokens", .limit = 1000, .period = 60s}});
+  auto g = b.try_acquire(c({100}), t0);
+  b.reconcile(g.ticket, 0, 100, 1500, t0 + 1s);
+  CHECK(b.available(0, t0 + 1s) == -500);
+  auto next = b.try_acquire(c({1}), t0 + 30s);
+  CHECK_FALSE(next.granted);
+  CHECK(next.ready_at == t0 + 60s);
+}
+
+TEST_CASE("a call that outlives the period is charged its extra usage as debt", "[rate_budget]") {
+  RateBudgets b({{.name = "tokens", .limit = 1000, .period = 10s}});
+  auto g = b.try_acquire(c({100}), t0);
+  b.reconcile(g.ticket, 0, 100, 400, t0 + 15s);  // the grant aged out at t0 + 10 s
+  CHECK(b.available(0, t0 + 15s) == 700);
+  b.reconcile(g.ticket, 0, 100, 50, t0 + 16s);  // an aged-out refund changes nothing
+  CHECK(b.available(0, t0 + 16s) == 700);
+}
+
+TEST_CASE("a cost larger than a budget's limit can never be granted", "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 10, .period = 60s},
+                 {.name = "tokens", .limit = 1000, .period = 60s}});
+  CHECK_FALSE(b.fits(c({1, 1001})));
+  auto g = b.try_acquire(c({1, 1001}), t0);
+  CHECK_FALSE(g.granted);
+  CHECK(g.never);
+  CHECK(g.ready_at == TimePoint::max());
+  CHECK(b.fits(c({1, 1000})));
+}
+
+TEST_CASE("a pause holds every grant until it ends", "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 100, .period = 60s}});
+  b.pause_until(t0 + 3s);
+  b.pause_until(t0 + 1s);  // an earlier pause does not shorten it
+  auto g = b.try_acquire(c({1}), t0);
+  CHECK_FALSE(g.granted);
+  CHECK(g.ready_at == t0 + 3s);
+  CHECK(b.try_acquire(c({1}), t0 + 3s).granted);
+}
+
+TEST_CASE("set_limit at runtime keeps what was spent", "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 50, .period = 5s}});
+  for (int i = 0; i < 20; ++i) REQUIRE(b.try_acquire(c({1}), t0).granted);
+  b.set_limit(0, 10, 5s);
+  CHECK(b.available(0, t0 + 1s) == -10);
+  CHECK_FALSE(b.try_acquire(c({1}), t0 + 1s).granted);
+  CHECK(b.try_acquire(c({1}), t0 + 5s).granted);
+  CHECK_THROWS_AS(b.set_limit(0, 0, 5s), std::invalid_argument);
+}
+
+TEST_CASE("the provider's lower remaining count is adopted, a higher one ignored",
+          "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 50, .period = 60s}});
+  for (int i = 0; i < 10; ++i) REQUIRE(b.try_acquire(c({1}), t0).granted);
+  b.lower_remaining(0, 5, t0 + 1s);
+  CHECK(b.available(0, t0 + 1s) == 5);
+  b.lower_remaining(0, 45, t0 + 2s);
+  CHECK(b.available(0, t0 + 2s) == 5);
+  b.lower_remaining(0, -3, t0 + 2s);  // nonsense is ignored
+  CHECK(b.available(0, t0 + 2s) == 5);
+}
+
+TEST_CASE("invalid budgets are rejected naming the field", "[rate_budget]") {
+  CHECK_THROWS_WITH(RateBudgets({}), Catch::Contains("no budgets"));
+  CHECK_THROWS_WITH(RateBudgets({{.name = "rpm", .limit = 0}}), Catch::Contains("limit"));
+  CHECK_THROWS_WITH(RateBudgets({{.name = "rpm", .limit = 5, .period = 0s}}),
+                    Catch::Contains("period"));
+  RateBudgets b({{.name = "rpm", .limit = 5}});
+  CHECK_THROWS_AS(b.try_acquire(c({1, 2}), t0), std::invalid_argument);
+}
+
+TEST_CASE("B3 arithmetic: 600 RPM as 50 per 5 s, 400 backlogged, 20 s", "[rate_budget][b3]") {
+  for (bool smooth : {false, true}) {
+    RateBudgets b({{.name = "requests", .limit = 50, .period = 5s, .smooth = smooth}});
+    std::vector<std::pair<TimePoint, std::int64_t>> grants;
+    TimePoint now = t0;
+    int left = 400;
+    while (left > 0 && now < t0 + 20s) {
+      auto g = b.try_acquire(c({1}), now);
+      if (g.granted) {
+        grants.emplace_back(now, 1);
+        --left;
+      } else {
+        now = g.ready_at;
+      }
+    }
+    if (!grants.empty() && grants.back().first >= t0 + 20s) grants.pop_back();
+    INFO("smooth = " << smooth);
+    CHECK(max_in_window(grants, 5s) <= 50);
+    CHECK(grants.size() >= 198);
+    if (smooth) CHECK(max_in_window(grants, 1s) <= 11);
+  }
+}
+
+TEST_CASE("property: for random request streams no window ever exceeds a budget",
+          "[rate_budget][property]") {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    std::mt19937_64 rng(seed);
+    const bool smooth = seed % 2 == 0;
+    RateBudgets b({{.name = "requests", .limit = 20, .period = 3s, .smooth = smooth},
+                   {.name = "tokens", .limit = 2000, .period = 3s}});
+    std::vector<std::pair<TimePoint, std::int64_t>> req, tok;
+    std::vector<std::pair<RateBudgets::Ticket, std::size_t>> open;  // ticket, index in tok
+    TimePoint now = t0;
+    for (int step = 0; step < 2000; ++step) {
+      now += std::chrono::milliseconds(rng() % 50);
+      const std::int64_t estimate = 50 + static_cast<std::int64_t>(rng() % 300);
+      auto g = b.try_acquire(c({1, estimate}), now);
+      if (!g.granted) {
+        REQUIRE(g.ready_at > now);
+        REQUIRE_FALSE(g.never);
+        now = g.ready_at;
+        g = b.try_acquire(c({1, estimate}), now);
+        REQUIRE(g.granted);  // the promised time is exact
+      }
+      req.emplace_back(now, 1);
+      tok.emplace_back(now, estimate);
+      open.emplace_back(g.ticket, tok.size() - 1);
+      // reconcile some earlier grant with its actual usage (never more than estimated here)
+      if (!open.empty() && rng() % 2 == 0) {
+        const auto k = rng() % open.size();
+        auto [ticket, idx] = open[k];
+        const std::int64_t actual = static_cast<std::int64_t>(rng() % (tok[idx].second + 1));
+        b.reconcile(ticket, 1, tok[idx].second, actual, now);
+        tok[idx].second = actual;
+        open.erase(open.begin() + static_cast<long>(k));
+      }
+    }
+    INFO("seed " << seed);
+    REQUIRE(max_in_window(req, 3s) <= 20);
+    REQUIRE(max_in_window(tok, 3s) <= 2000);
+    if (smooth)
+      for (std::size_t i = 1; i < req.size(); ++i)
+        REQUIRE(req[i].first - req[i - 1].first >= 150ms);
+  }
+}

@@ -1,0 +1,255 @@
+// Rate-limit header parsing: Go durations, RFC 3339, HTTP-date, and the provider header sets.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "laneq/rate_limit_headers.hpp"
+
+using namespace std::chrono_literals;
+using laneq::Headers;
+using laneq::parse_go_duration;
+using laneq::parse_http_date;
+using laneq::parse_rate_limit_headers;
+using laneq::parse_rfc3339;
+using laneq::RateLimitInfo;
+using std::chrono::nanoseconds;
+using SysTime = std::chrono::system_clock::time_point;
+
+namespace {
+
+SysTime at(std::int64_t unix_seconds, std::chrono::nanoseconds frac = 0ns) {
+  return SysTime(std::chrono::duration_cast<SysTime::duration>(std::chrono::seconds(unix_seconds) + frac));
+}
+
+// 2024-05-01T12:34:56Z
+constexpr std::int64_t may1 = 1714566896;
+
+}  // namespace
+
+TEST_CASE("Go durations parse every unit, fractions and compound forms") {
+  CHECK(parse_go_duration("1s") == nanoseconds(1s));
+  CHECK(parse_go_duration("6m0s") == nanoseconds(6min));
+  CHECK(parse_go_duration("20ms") == nanoseconds(20ms));
+  CHECK(parse_go_duration("20m") == nanoseconds(20min));
+  CHECK(parse_go_duration("1h2m3.5s") == nanoseconds(1h + 2min + 3500ms));
+  CHECK(parse_go_duration("0.5s") == nanoseconds(500ms));
+  CHECK(parse_go_duration(".5s") == nanoseconds(500ms));
+  CHECK(parse_go_duration("850us") == nanoseconds(850us));
+  CHECK(parse_go_duration("850\xC2\xB5s") == nanoseconds(850us));
+  CHECK(parse_go_duration("3ns") == 3ns);
+  CHECK(parse_go_duration("0s") == 0ns);
+  CHECK(parse_go_duration("0") == 0ns);
+  CHECK(parse_go_duration("1.5h") == nanoseconds(90min));
+  CHECK(parse_go_duration("12ms") == nanoseconds(12ms));
+  CHECK(parse_go_duration("1m30.25s") == nanoseconds(90250ms));
+  CHECK(parse_go_duration("2562047h") == nanoseconds(2562047h));
+}
+
+TEST_CASE("Malformed Go durations are rejected") {
+  for (const char* bad : {"", "s", "1", "10", "-1s", "+1s", "1x", "1sec", "1 s", " 1s", "1s ",
+                          "1..5s", ".s", "1.2.3s", "ms", "1m-2s", "abc", "1e3s", "2562048h",
+                          "99999999999999999999ns", "9223372036854775808ns"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_go_duration(bad));
+  }
+  CHECK(parse_go_duration("9223372036854775807ns") == nanoseconds::max());
+}
+
+TEST_CASE("RFC 3339 timestamps parse with Z, fractional seconds and offsets") {
+  CHECK(parse_rfc3339("2024-05-01T12:34:56Z") == at(may1));
+  CHECK(parse_rfc3339("2024-05-01t12:34:56z") == at(may1));
+  CHECK(parse_rfc3339("2024-05-01T12:34:56.5Z") == at(may1, 500ms));
+  CHECK(parse_rfc3339("2024-05-01T12:34:56.123456789Z") == at(may1, 123456789ns));
+  CHECK(parse_rfc3339("2024-05-01T12:34:56.1234567891234Z") == at(may1, 123456789ns));
+  CHECK(parse_rfc3339("2024-05-01T14:34:56+02:00") == at(may1));
+  CHECK(parse_rfc3339("2024-05-01T07:04:56-05:30") == at(may1));
+  CHECK(parse_rfc3339("2024-05-01T12:34:56+00:00") == at(may1));
+  CHECK(parse_rfc3339("1970-01-01T00:00:00Z") == at(0));
+  CHECK(parse_rfc3339("2000-03-01T00:00:00Z") == at(951868800));
+}
+
+TEST_CASE("RFC 3339 accepts February 29 only in leap years") {
+  CHECK(parse_rfc3339("2024-02-29T00:00:00Z") == at(1709164800));
+  CHECK(parse_rfc3339("2000-02-29T00:00:00Z"));
+  CHECK_FALSE(parse_rfc3339("2023-02-29T00:00:00Z"));
+  CHECK_FALSE(parse_rfc3339("1900-02-29T00:00:00Z"));
+  CHECK(parse_rfc3339("2024-03-01T00:00:00Z") == at(1709164800 + 86400));
+}
+
+TEST_CASE("Malformed RFC 3339 timestamps are rejected") {
+  for (const char* bad : {"", "2024-13-01T00:00:00Z", "2024-00-01T00:00:00Z",
+                          "2024-04-31T00:00:00Z", "2024-05-00T00:00:00Z", "2024-05-01 12:34:56Z",
+                          "2024-05-0112:34:56Z", "2024-05-01T24:00:00Z", "2024-05-01T12:60:00Z",
+                          "2024-05-01T12:34:61Z", "2024-05-01T12:34:56", "2024-05-01T12:34:56Zjunk",
+                          "2024-05-01T12:34:56Z ", "2024-05-01T12:34:56.Z", "2024-05-01T12:34:56+0200",
+                          "2024-05-01T12:34:56+02", "2024-05-01T12:34:56+24:00", "24-05-01T12:34:56Z",
+                          "2024-5-1T12:34:56Z", "2024-05-01", "garbage", "9999-12-31T23:59:59Z",
+                          "0000-01-01T00:00:00Z"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_rfc3339(bad));
+  }
+}
+
+TEST_CASE("HTTP dates parse in IMF-fixdate form") {
+  CHECK(parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT") == at(784111777));
+  CHECK(parse_http_date("Wed, 01 May 2024 12:34:56 GMT") == at(may1));
+  for (const char* bad : {"", "Sun, 06 Nov 1994 08:49:37 UTC", "Sunday, 06-Nov-94 08:49:37 GMT",
+                          "Sun Nov  6 08:49:37 1994", "Sun, 06 Foo 1994 08:49:37 GMT",
+                          "Sun, 32 Nov 1994 08:49:37 GMT", "Xyz, 06 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Nov 1994 08:49:37 GMT ", "Sun, 6 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Nov 1994 25:49:37 GMT"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_http_date(bad));
+  }
+}
+
+TEST_CASE("The full OpenAI header set fills requests and tokens") {
+  const Headers h{{"x-ratelimit-limit-requests", "500"},
+                  {"x-ratelimit-limit-tokens", "30000"},
+                  {"x-ratelimit-remaining-requests", "499"},
+                  {"x-ratelimit-remaining-tokens", "29000"},
+                  {"x-ratelimit-reset-requests", "120ms"},
+                  {"x-ratelimit-reset-tokens", "6m0s"}};
+  const RateLimitInfo r = parse_rate_limit_headers(h, at(may1));
+  CHECK(r.requests.limit == 500);
+  CHECK(r.requests.remaining == 499);
+  CHECK(r.requests.reset_after == nanoseconds(120ms));
+  CHECK(r.tokens.limit == 30000);
+  CHECK(r.tokens.remaining == 29000);
+  CHECK(r.tokens.reset_after == nanoseconds(6min));
+  CHECK_FALSE(r.input_tokens.limit);
+  CHECK_FALSE(r.output_tokens.remaining);
+  CHECK_FALSE(r.retry_after);
+  CHECK_FALSE(r.should_retry);
+}
+
+TEST_CASE("The full Anthropic header set fills all four buckets with resets relative to now") {
+  const Headers h{{"anthropic-ratelimit-requests-limit", "50"},
+                  {"anthropic-ratelimit-requests-remaining", "49"},
+                  {"anthropic-ratelimit-requests-reset", "2024-05-01T12:35:26Z"},
+                  {"anthropic-ratelimit-tokens-limit", "100000"},
+                  {"anthropic-ratelimit-tokens-remaining", "99000"},
+                  {"anthropic-ratelimit-tokens-reset", "2024-05-01T12:34:56.5Z"},
+                  {"anthropic-ratelimit-input-tokens-limit", "80000"},
+                  {"anthropic-ratelimit-input-tokens-remaining", "79000"},
+                  {"anthropic-ratelimit-input-tokens-reset", "2024-05-01T12:00:00Z"},
+                  {"anthropic-ratelimit-output-tokens-limit", "20000"},
+                  {"anthropic-ratelimit-output-tokens-remaining", "20000"},
+                  {"anthropic-ratelimit-output-tokens-reset", "2024-05-01T14:35:26+02:00"}};
+  const RateLimitInfo r = parse_rate_limit_headers(h, at(may1));
+  CHECK(r.requests.limit == 50);
+  CHECK(r.requests.remaining == 49);
+  CHECK(r.requests.reset_after == nanoseconds(30s));
+  CHECK(r.tokens.limit == 100000);
+  CHECK(r.tokens.remaining == 99000);
+  CHECK(r.tokens.reset_after == nanoseconds(500ms));
+  CHECK(r.input_tokens.limit == 80000);
+  CHECK(r.input_tokens.remaining == 79000);
+  CHECK(r.input_tokens.reset_after == 0ns);  // in the past
+  CHECK(r.output_tokens.limit == 20000);
+  CHECK(r.output_tokens.remaining == 20000);
+  CHECK(r.output_tokens.reset_after == nanoseconds(30s));
+}
+
+TEST_CASE("retry-after is read as seconds or as an HTTP-date, and retry-after-ms wins") {
+  const SysTime now = at(784111777);  // Sun, 06 Nov 1994 08:49:37 GMT
+  CHECK(parse_rate_limit_headers({{"retry-after", "7"}}, now).retry_after == nanoseconds(7s));
+  CHECK(parse_rate_limit_headers({{"retry-after", "1.5"}}, now).retry_after ==
+        nanoseconds(1500ms));
+  CHECK(parse_rate_limit_headers({{"retry-after", "Sun, 06 Nov 1994 08:50:07 GMT"}}, now)
+            .retry_after == nanoseconds(30s));
+  CHECK(parse_rate_limit_headers({{"retry-after", "Sun, 06 Nov 1994 08:00:00 GMT"}}, now)
+            .retry_after == 0ns);
+  CHECK(parse_rate_limit_headers({{"retry-after-ms", "250"}}, now).retry_after ==
+        nanoseconds(250ms));
+  CHECK(parse_rate_limit_headers({{"retry-after-ms", "0.5"}}, now).retry_after ==
+        nanoseconds(500us));
+  CHECK(parse_rate_limit_headers({{"retry-after", "7"}, {"retry-after-ms", "250"}}, now)
+            .retry_after == nanoseconds(250ms));
+  // A malformed retry-after-ms falls back to retry-after.
+  CHECK(parse_rate_limit_headers({{"retry-after-ms", "soon"}, {"retry-after", "7"}}, now)
+            .retry_after == nanoseconds(7s));
+  CHECK_FALSE(parse_rate_limit_headers({{"retry-after", "-3"}}, now).retry_after);
+  CHECK_FALSE(parse_rate_limit_headers({{"retry-after-ms", "-3"}}, now).retry_after);
+  CHECK_FALSE(parse_rate_limit_headers({{"retry-after", "later"}}, now).retry_after);
+}
+
+TEST_CASE("x-should-retry is read as a case-insensitive boolean") {
+  const SysTime now = at(may1);
+  CHECK(parse_rate_limit_headers({{"x-should-retry", "true"}}, now).should_retry == true);
+  CHECK(parse_rate_limit_headers({{"x-should-retry", "FALSE"}}, now).should_retry == false);
+  CHECK(parse_rate_limit_headers({{"x-should-retry", " True "}}, now).should_retry == true);
+  CHECK_FALSE(parse_rate_limit_headers({{"x-should-retry", "yes"}}, now).should_retry);
+  CHECK_FALSE(parse_rate_limit_headers({{"x-should-retry", "1"}}, now).should_retry);
+}
+
+TEST_CASE("Header names are matched regardless of case and values are trimmed") {
+  const Headers h{{"X-RateLimit-Limit-Requests", " 500 "},
+                  {"X-RATELIMIT-RESET-TOKENS", "\t1s"},
+                  {"Anthropic-RateLimit-Output-Tokens-Remaining", "42"},
+                  {"Retry-After", " 3 "},
+                  {"X-Should-Retry", "false"}};
+  const RateLimitInfo r = parse_rate_limit_headers(h, at(may1));
+  CHECK(r.requests.limit == 500);
+  CHECK(r.tokens.reset_after == nanoseconds(1s));
+  CHECK(r.output_tokens.remaining == 42);
+  CHECK(r.retry_after == nanoseconds(3s));
+  CHECK(r.should_retry == false);
+}
+
+TEST_CASE("Malformed header values are ignored and leave their fields empty") {
+  const Headers h{{"x-ratelimit-limit-requests", "-1"},
+                  {"x-ratelimit-remaining-requests", "12abc"},
+                  {"x-ratelimit-reset-requests", "soon"},
+                  {"x-ratelimit-limit-tokens", "99999999999999999999999"},
+                  {"x-ratelimit-remaining-tokens", ""},
+                  {"x-ratelimit-reset-tokens", "-1s"},
+                  {"anthropic-ratelimit-input-tokens-limit", "1.5"},
+                  {"anthropic-ratelimit-input-tokens-remaining", "+3"},
+                  {"anthropic-ratelimit-input-tokens-reset", "2024-13-01T00:00:00Z"},
+                  {"retry-after", "Sun, 06 Nov 1994"},
+                  {"x-should-retry", ""}};
+  const RateLimitInfo r = parse_rate_limit_headers(h, at(may1));
+  CHECK_FALSE(r.requests.limit);
+  CHECK_FALSE(r.requests.remaining);
+  CHECK_FALSE(r.requests.reset_after);
+  CHECK_FALSE(r.tokens.limit);
+  CHECK_FALSE(r.tokens.remaining);
+  CHECK_FALSE(r.tokens.reset_after);
+  CHECK_FALSE(r.input_tokens.limit);
+  CHECK_FALSE(r.input_tokens.remaining);
+  CHECK_FALSE(r.input_tokens.reset_after);
+  CHECK_FALSE(r.retry_after);
+  CHECK_FALSE(r.should_retry);
+  CHECK(parse_rate_limit_headers({}, at(may1)).requests.limit == std::nullopt);
+}
+
+TEST_CASE("Random byte strings never crash or throw any parser") {
+  std::mt19937 rng(20240501);
+  // Mostly characters that appear in valid values, so the parsers get deep, plus any byte.
+  const std::string alphabet = "0123456789.:-+TZtzsmhun\xC2\xB5 ,GMTSunNov";
+  const std::vector<std::string> names{
+      "x-ratelimit-limit-requests", "x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-reset",
+      "anthropic-ratelimit-input-tokens-limit", "retry-after", "retry-after-ms", "x-should-retry"};
+  std::uniform_int_distribution<int> len(0, 40);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<std::size_t> pick(0, alphabet.size() - 1);
+  std::uniform_int_distribution<std::size_t> pick_name(0, names.size() - 1);
+  const SysTime now = at(may1);
+  for (int i = 0; i < 20000; ++i) {
+    std::string s;
+    const int n = len(rng);
+    for (int j = 0; j < n; ++j)
+      s.push_back(byte(rng) < 128 ? alphabet[pick(rng)] : static_cast<char>(byte(rng)));
+    CHECK_NOTHROW(parse_go_duration(s));
+    CHECK_NOTHROW(parse_rfc3339(s));
+    CHECK_NOTHROW(parse_http_date(s));
+    const Headers h{{names[pick_name(rng)], s}, {s, s}};
+    CHECK_NOTHROW(parse_rate_limit_headers(h, now));
+    if (const auto d = parse_go_duration(s)) CHECK(d->count() >= 0);
+    const auto info = parse_rate_limit_headers(h, now);
+    if (info.retry_after) CHECK(info.retry_after->count() >= 0);
+  }
+}
