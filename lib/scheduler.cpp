@@ -95,27 +95,21 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   }
   Node& n = nodes_[slot];
   Lane& lane = lanes_[a.lane];
-  n.seq = next_seq_++;
+  n.seq = a.seq ? *a.seq : next_seq_++;
   n.enqueued_at = a.enqueued_at;
   n.payload = a.payload;
   n.client = c;
   n.cost = std::max<std::uint32_t>(1, a.cost);
   n.lane = static_cast<std::uint16_t>(a.lane);
 
-  // lane list (append: seq is the newest)
-  n.lane_prev = lane.tail;
-  n.lane_next = npos;
-  if (lane.tail != npos) nodes_[lane.tail].lane_next = slot; else lane.head = slot;
-  lane.tail = slot;
+  // lane list in seq order: a new item appends; a requeued one (a.seq) goes back to its place
+  insert_by_seq(slot, lane.head, lane.tail, &Node::lane_prev, &Node::lane_next);
   ++lane.count;
   nonempty_ |= std::uint64_t{1} << a.lane;
 
   // client-in-lane FIFO; a newly active client joins the ring at the end of the round
   ClientLane& q = cl->lanes[a.lane];
-  n.cl_prev = q.tail;
-  n.cl_next = npos;
-  if (q.tail != npos) nodes_[q.tail].cl_next = slot; else q.head = slot;
-  q.tail = slot;
+  insert_by_seq(slot, q.head, q.tail, &Node::cl_prev, &Node::cl_next);
   if (q.count++ == 0) ring_insert(a.lane, c);
   ++cl->pending;
 
@@ -129,16 +123,30 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   } else if (lane.spec.timeout.count() > 0) {
     n.deadline = a.enqueued_at + lane.spec.timeout;
     n.deadline_kind = lane_deadline;
-    n.dl_prev = lane.dl_tail;
-    n.dl_next = npos;
-    if (lane.dl_tail != npos) nodes_[lane.dl_tail].dl_next = slot; else lane.dl_head = slot;
-    lane.dl_tail = slot;
+    insert_by_seq(slot, lane.dl_head, lane.dl_tail, &Node::dl_prev, &Node::dl_next);
   } else {
     n.deadline = TimePoint::max();
     n.deadline_kind = no_deadline;
   }
   ++size_;
   return {PushStatus::ok, id_of(slot)};
+}
+
+void Scheduler::insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail,
+                              std::uint32_t Node::*prev, std::uint32_t Node::*next) {
+  // A new item is the newest: append. A requeued one goes back to its place, found from the
+  // head: it was taken from near the head, so few older items precede it.
+  const std::uint64_t seq = nodes_[slot].seq;
+  std::uint32_t before = npos;
+  if (tail != npos && nodes_[tail].seq > seq) {
+    before = head;
+    while (nodes_[before].seq < seq) before = nodes_[before].*next;
+  }
+  const std::uint32_t after = before == npos ? tail : nodes_[before].*prev;
+  nodes_[slot].*prev = after;
+  nodes_[slot].*next = before;
+  (after == npos ? head : nodes_[after].*next) = slot;
+  (before == npos ? tail : nodes_[before].*prev) = slot;
 }
 
 void Scheduler::ring_insert(std::size_t l, std::uint32_t c) {
@@ -180,7 +188,7 @@ void Scheduler::ring_erase(std::size_t l, std::uint32_t c) {
 Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
   Node& n = nodes_[slot];
   Lane& lane = lanes_[n.lane];
-  Item item{id_of(slot), n.payload, n.lane, n.enqueued_at, std::nullopt};
+  Item item{id_of(slot), n.payload, n.lane, n.enqueued_at, std::nullopt, n.seq};
   if (n.deadline_kind != no_deadline) item.deadline = n.deadline;
 
   if (n.lane_prev != npos) nodes_[n.lane_prev].lane_next = n.lane_next; else lane.head = n.lane_next;

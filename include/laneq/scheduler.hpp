@@ -10,7 +10,8 @@
 // A request promoted by aging is taken from the head of its lane (the oldest one).
 //
 // Complexity (n = queued requests, c = clients, L = lanes, L <= 64):
-//   push            O(1) amortized (+ O(log n) when the item has an explicit deadline)
+//   push            O(1) amortized (+ O(log n) when the item has an explicit deadline);
+//                   a requeue (PushArgs::seq) walks from the head to its place: O(older items)
 //   pop             O(L); O(1) in n and c when quantum*weight >= cost (otherwise
 //                   O(cost / (quantum*weight)) turns per pop)
 //   remove(id)      O(1) (+ O(log n) for explicit-deadline items)
@@ -60,6 +61,9 @@ class Scheduler {
     TimePoint enqueued_at{};
     std::optional<TimePoint> deadline{};       // overrides the lane default
     std::uint32_t cost = 1;                    // DRR cost (>= 1)
+    // Requeue (retry): the Item::seq it had, with its original enqueued_at, puts it back at its
+    // original place in its lane and client (FIFO and aging as if it had never left).
+    std::optional<std::uint64_t> seq{};
   };
 
   struct PushResult {
@@ -73,6 +77,7 @@ class Scheduler {
     std::size_t lane = 0;
     TimePoint enqueued_at{};
     std::optional<TimePoint> deadline{};
+    std::uint64_t seq = 0;                      // arrival order; pass back to requeue
   };
 
   // Throws std::invalid_argument naming the bad field (no lanes, > 64 lanes, duplicate priority,
@@ -151,6 +156,8 @@ class Scheduler {
   std::uint32_t client_for(std::string_view name);
   Item unlink(std::uint32_t slot);
   void ring_insert(std::size_t lane, std::uint32_t client);
+  void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail,
+                     std::uint32_t Node::*prev, std::uint32_t Node::*next);
   void ring_erase(std::size_t lane, std::uint32_t client);
   void heap_up(std::size_t pos);
   void heap_down(std::size_t pos);

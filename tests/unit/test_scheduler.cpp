@@ -233,6 +233,35 @@ TEST_CASE("lane default deadlines and explicit deadlines expire earliest first",
   CHECK(f.s.size() == 1);
 }
 
+TEST_CASE("a requeued item goes back to its original place in its lane and client",
+          "[scheduler][requeue]") {
+  auto cfg = five_lanes();
+  cfg.lanes[2].timeout = 10s;
+  Fixture f(cfg);
+  const auto a = f.push(5, "x", t0);
+  const auto b = f.push(5, "x", t0 + 1s);
+  const auto c2 = f.push(5, "x", t0 + 2s);
+  auto first = f.s.pop(t0 + 3s);  // a goes out (to a worker), then fails and is retried
+  REQUIRE(first);
+  REQUIRE(first->payload == a);
+  const auto d = f.push(5, "x", t0 + 4s);
+  auto r = f.s.push({.lane = first->lane, .client = "x", .payload = a,
+                     .enqueued_at = first->enqueued_at, .seq = first->seq});
+  REQUIRE(r.status == Scheduler::PushStatus::ok);
+  CHECK(f.drain(t0 + 5s) == std::vector<std::uint64_t>{a, b, c2, d});
+  // its deadline still counts from the original enqueue time, ahead of the newer ones
+  f.push(5, "x", t0 + 6s);
+  auto again = f.s.pop(t0 + 6s);
+  REQUIRE(again);
+  f.push(5, "y", t0 + 7s);
+  f.s.push({.lane = again->lane, .client = "x", .payload = 99, .enqueued_at = again->enqueued_at,
+            .seq = again->seq});
+  REQUIRE(f.s.next_deadline() == t0 + 16s);
+  auto exp = f.s.pop_expired(t0 + 16s);
+  REQUIRE(exp);
+  CHECK(exp->payload == 99);
+}
+
 TEST_CASE("invalid scheduler config throws naming the field", "[scheduler]") {
   CHECK_THROWS_WITH(Scheduler(SchedulerConfig{}), Catch::Contains("lanes"));
   CHECK_THROWS_WITH(Scheduler({.lanes = {{.priority = 1}, {.priority = 1}}}),
@@ -269,6 +298,7 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
       std::size_t lane;
       std::string client;
       TimePoint deadline;
+      std::optional<TimePoint> explicit_dl;
     };
     std::map<std::uint64_t, Ref> live;  // by payload
     std::set<std::uint64_t> resolved;
@@ -294,7 +324,7 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
         } else {
           REQUIRE(res.status == Scheduler::PushStatus::ok);
           const auto lane_dl = l == 1 ? now + 50ms : TimePoint::max();
-          live[next] = {next, res.id, l, c, dl ? *dl : lane_dl};
+          live[next] = {next, res.id, l, c, dl ? *dl : lane_dl, dl};
         }
         ++next;
       } else if (o < 8) {
@@ -310,6 +340,15 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
         const auto& me = live.at(item->payload);
         for (auto& [p, r] : live)
           if (r.lane == me.lane && r.client == me.client) REQUIRE(p >= item->payload);
+        if (rng() % 5 == 0) {  // a retry: back at its original place, same deadline
+          auto& ref = live.at(item->payload);
+          auto again = s.push({.lane = item->lane, .client = ref.client, .payload = item->payload,
+                               .enqueued_at = item->enqueued_at, .deadline = ref.explicit_dl,
+                               .seq = item->seq});
+          REQUIRE(again.status == Scheduler::PushStatus::ok);
+          ref.id = again.id;
+          continue;
+        }
         REQUIRE(resolved.insert(item->payload).second);
         live.erase(item->payload);
       } else if (o < 9 && !live.empty()) {
