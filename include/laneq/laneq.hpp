@@ -10,3 +10,4 @@
 #include "laneq/request_queue.hpp"
 #include "laneq/scheduler.hpp"
 #include "laneq/simulated_provider.hpp"
+#include "laneq/token_estimate.hpp"

@@ -1,0 +1,31 @@
+#pragma once
+// Token estimates for the TPM budgets, before a call: providers count a request's prompt and its
+// max_tokens against the budget up front, and report the actual usage afterwards (reconcile).
+#include <cstdint>
+#include <functional>
+
+#include "laneq/request.hpp"
+
+namespace laneq {
+
+struct TokenEstimate {
+  std::int64_t prompt = 0;      // input tokens
+  std::int64_t completion = 0;  // output tokens reserved (max_tokens)
+  std::int64_t total() const noexcept { return prompt + completion; }
+};
+
+// Pluggable prompt estimator (e.g. a real tokenizer); the default is estimate_prompt_tokens.
+using PromptEstimator = std::function<std::int64_t(const Request&)>;
+
+// Default: ceil(bytes / 4) over all message text (roles included), + 4 per message for the chat
+// framing, + 3 for the reply's priming. Bytes, not code points: for non-ASCII text this
+// overestimates, which errs on the side of staying under the budget. `extra` JSON (tools,
+// response formats) is counted the same way from its serialized form.
+std::int64_t estimate_prompt_tokens(const Request& request);
+
+// prompt (by `prompt_estimator`, or the default) + max_tokens; when max_tokens is 0 (provider
+// default) `default_max_tokens` is reserved instead.
+TokenEstimate estimate_tokens(const Request& request, std::int64_t default_max_tokens = 4096,
+                              const PromptEstimator& prompt_estimator = {});
+
+}  // namespace laneq

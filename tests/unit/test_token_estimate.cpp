@@ -1,0 +1,45 @@
+// Token estimates: the default prompt estimator and max_tokens reservation.
+#include <catch2/catch.hpp>
+
+#include "laneq/token_estimate.hpp"
+
+using laneq::Request;
+
+TEST_CASE("the default estimate is about 4 bytes per token plus chat framing", "[tokens]") {
+  // "user" (4) + 400 bytes of content = 404 bytes -> 101 tokens, + 4 framing + 3 priming
+  Request r{.model = "m", .messages = {{"user", std::string(400, 'a')}}, .max_tokens = 100};
+  CHECK(laneq::estimate_prompt_tokens(r) == 108);
+  const auto e = laneq::estimate_tokens(r);
+  CHECK(e.prompt == 108);
+  CHECK(e.completion == 100);
+  CHECK(e.total() == 208);
+}
+
+TEST_CASE("the estimate grows with every message and with extra JSON", "[tokens]") {
+  Request one{.messages = {{"user", "hello"}}};
+  Request two{.messages = {{"system", "be brief"}, {"user", "hello"}}};
+  CHECK(laneq::estimate_prompt_tokens(two) > laneq::estimate_prompt_tokens(one));
+  Request tools = one;
+  tools.extra = {{"tools", {{{"type", "function"}, {"name", std::string(200, 'x')}}}}};
+  CHECK(laneq::estimate_prompt_tokens(tools) >= laneq::estimate_prompt_tokens(one) + 50);
+}
+
+TEST_CASE("max_tokens 0 reserves the configured default completion", "[tokens]") {
+  Request r{.messages = {{"user", "hi"}}};
+  CHECK(laneq::estimate_tokens(r).completion == 4096);
+  CHECK(laneq::estimate_tokens(r, 1000).completion == 1000);
+}
+
+TEST_CASE("a pluggable prompt estimator replaces the default, never below zero", "[tokens]") {
+  Request r{.messages = {{"user", "hi"}}, .max_tokens = 10};
+  CHECK(laneq::estimate_tokens(r, 4096, [](const Request&) { return 42; }).prompt == 42);
+  CHECK(laneq::estimate_tokens(r, 4096, [](const Request&) { return -5; }).prompt == 0);
+}
+
+TEST_CASE("non-ASCII text is overestimated, never under", "[tokens]") {
+  // 100 characters of 3-byte UTF-8: 300 bytes -> 75 tokens of text (a tokenizer gives fewer)
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "\xe6\x97\xa5";
+  Request r{.messages = {{"", text}}};
+  CHECK(laneq::estimate_prompt_tokens(r) == 75 + 4 + 3);
+}
