@@ -30,6 +30,11 @@ Duration RateBudgets::spacing(const Budget& b, std::int64_t cost) const {
   return Duration(static_cast<Duration::rep>(ns));
 }
 
+void RateBudgets::spend_now(Budget& b, std::int64_t units, TimePoint now) {
+  b.window.push_back({now, units, 0});  // no ticket: debt or the server's view, not a grant
+  b.spent += units;
+}
+
 void RateBudgets::expire(Budget& b, TimePoint now) {
   while (!b.window.empty() && b.window.front().at + b.spec.period <= now) {
     b.spent -= b.window.front().cost;
@@ -95,10 +100,7 @@ void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t esti
     if (b.spec.smooth) b.next_smooth = std::max(it->at, b.next_smooth + spacing(b, diff));
     return;
   }
-  if (const std::int64_t owed = actual - estimate; owed > 0) {
-    b.window.push_back({now, owed, 0});
-    b.spent += owed;
-  }
+  if (const std::int64_t owed = actual - estimate; owed > 0) spend_now(b, owed, now);
 }
 
 void RateBudgets::pause_until(TimePoint until) noexcept {
@@ -119,8 +121,7 @@ void RateBudgets::lower_remaining(std::size_t budget, std::int64_t remaining, Ti
   expire(b, now);
   const std::int64_t local = b.spec.limit - b.spent;
   if (remaining < 0 || remaining >= local) return;  // never raise, ignore nonsense
-  b.window.push_back({now, local - remaining, 0});
-  b.spent += local - remaining;
+  spend_now(b, local - remaining, now);
 }
 
 std::int64_t RateBudgets::available(std::size_t budget, TimePoint now) {

@@ -69,14 +69,13 @@ void validate(const QueueConfig& c) {
     const std::string where = "QueueConfig::lanes[" + std::to_string(i) + "] (" + lane_name(l) + ")";
     if (l.timeout.count() < 0) bad_config(where + ".timeout must be >= 0");
     if (l.age_step.count() < 0) bad_config(where + ".age_step must be >= 0");
-    for (std::size_t j = 0; j < i; ++j)
+    for (std::size_t j = 0; j < i; ++j) {
+      const std::string also = " is used by lanes[" + std::to_string(j) + "] too";
       if (c.lanes[j].priority == l.priority)
-        bad_config(where + ".priority " + std::to_string(static_cast<int>(l.priority)) +
-                   " is used by lanes[" + std::to_string(j) + "] too");
-    for (std::size_t j = 0; j < i; ++j)
+        bad_config(where + ".priority " + std::to_string(static_cast<int>(l.priority)) + also);
       if (lane_name(c.lanes[j]) == lane_name(l))
-        bad_config(where + ".name \"" + lane_name(l) + "\" is used by lanes[" + std::to_string(j) +
-                   "] too");
+        bad_config(where + ".name \"" + lane_name(l) + "\"" + also);
+    }
     any_reserved = any_reserved || l.reserved;
   }
   if (c.reserved_workers > 0 && !any_reserved)
@@ -97,13 +96,19 @@ SchedulerConfig scheduler_config(const QueueConfig& c) {
   return s;
 }
 
-std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfig& c) {
-  // Metrics follow the scheduler's lane order (by priority).
-  std::vector<Metrics::LaneInfo> out;
+// The config lanes in the scheduler's lane order (by priority): index i is scheduler lane i.
+std::vector<const LaneConfig*> lanes_by_rank(const Scheduler& s, const QueueConfig& c) {
+  std::vector<const LaneConfig*> out;
   for (std::size_t i = 0; i < s.lane_count(); ++i)
     for (const auto& l : c.lanes)
-      if (static_cast<int>(l.priority) == s.lane(i).priority)
-        out.push_back({lane_name(l), static_cast<int>(l.priority)});
+      if (static_cast<int>(l.priority) == s.lane(i).priority) out.push_back(&l);
+  return out;
+}
+
+std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfig& c) {
+  std::vector<Metrics::LaneInfo> out;
+  for (const LaneConfig* l : lanes_by_rank(s, c))
+    out.push_back({lane_name(*l), static_cast<int>(l->priority)});
   return out;
 }
 
@@ -127,11 +132,7 @@ class queue_impl {
         metrics_(metric_lanes(sched_, cfg_), cfg_.metrics_max_clients),
         timer_(strand_) {
     for (const auto& [client, w] : cfg_.client_weights) sched_.set_client_weight(client, w);
-    lane_when_full_.resize(sched_.lane_count());
-    for (std::size_t i = 0; i < sched_.lane_count(); ++i)
-      for (const auto& l : cfg_.lanes)
-        if (static_cast<int>(l.priority) == sched_.lane(i).priority)
-          lane_when_full_[i] = l.when_full;
+    for (const LaneConfig* l : lanes_by_rank(sched_, cfg_)) lane_when_full_.push_back(l->when_full);
   }
 
   ~queue_impl() {

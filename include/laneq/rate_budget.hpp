@@ -86,6 +86,7 @@ class RateBudgets {
   };
 
   void expire(Budget& b, TimePoint now);
+  void spend_now(Budget& b, std::int64_t units, TimePoint now);
   Duration spacing(const Budget& b, std::int64_t cost) const;
 
   std::vector<Budget> budgets_;
