@@ -25,6 +25,10 @@ class category final : public std::error_category {
         return "unknown_lane: SubmitOptions::priority is not one of QueueConfig::lanes";
       case errc::invalid_config: return "invalid_config: a configuration value is out of range";
       case errc::not_started: return "not_started: call RequestQueue::start() first";
+      case errc::exceeds_rate_limit:
+        return "exceeds_rate_limit: the request's estimated cost (prompt + max_tokens, or 1 "
+               "request) exceeds a rate budget's whole limit, so it could never run; lower "
+               "max_tokens, shorten the prompt or raise the limit";
       case errc::rate_limited: return "rate_limited: the provider answered 429 (rate limit)";
       case errc::overloaded: return "overloaded: the provider is overloaded (529/503)";
       case errc::auth: return "auth: the provider rejected the API key (401/403)";

@@ -80,7 +80,7 @@ LatencySummary summarize(const LatencyHistogram& h) noexcept {
 
 struct Metrics::Series {
   struct Latency {
-    LatencyHistogram wait, service;
+    LatencyHistogram wait, service, limiter;
   };
   SeriesSnapshot n;              // counters and gauges; the summaries are filled by snapshot()
   std::unique_ptr<Latency> lat;  // lanes: at construction; clients: at their first latency
@@ -91,7 +91,10 @@ struct Metrics::Series {
   }
   SeriesSnapshot snapshot() const {
     SeriesSnapshot r = n;
-    if (lat) r.queue_wait = summarize(lat->wait), r.service_time = summarize(lat->service);
+    if (lat) {
+      r.queue_wait = summarize(lat->wait), r.service_time = summarize(lat->service);
+      r.limiter_wait = summarize(lat->limiter);
+    }
     return r;
   }
 };
@@ -103,7 +106,7 @@ void add_counters(SeriesSnapshot& t, const SeriesSnapshot& s) {
   t.depth += s.depth, t.in_flight += s.in_flight, t.waiting += s.waiting;
   t.submitted += s.submitted, t.started += s.started, t.succeeded += s.succeeded;
   t.failed += s.failed, t.rejected += s.rejected, t.expired += s.expired;
-  t.cancelled += s.cancelled, t.retried += s.retried;
+  t.cancelled += s.cancelled, t.retried += s.retried, t.rate_limited += s.rate_limited;
 }
 }  // namespace
 
@@ -172,6 +175,14 @@ void Metrics::requeued(std::size_t lane, ClientRef c) {
   update(lane, c, [](Series& s) { --s.n.in_flight, ++s.n.depth, ++s.n.retried; });
 }
 
+void Metrics::rate_limited(std::size_t lane, ClientRef c) {
+  update(lane, c, [](Series& s) { ++s.n.rate_limited; });
+}
+
+void Metrics::limiter_wait(std::size_t lane, ClientRef c, std::chrono::nanoseconds d) {
+  update(lane, c, [&](Series& s) { s.latency().limiter.record(d); });
+}
+
 void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
                        std::chrono::nanoseconds service_time) {
   update(lane, c, [&](Series& s) {
@@ -197,7 +208,7 @@ MetricsSnapshot Metrics::snapshot() const {
   out.lanes.resize(lane_info_.size());  // lane_info_ is immutable: no lock needed
   for (std::size_t i = 0; i < lane_info_.size(); ++i)
     out.lanes[i].name = lane_info_[i].name, out.lanes[i].priority = lane_info_[i].priority;
-  LatencyHistogram wait, service;
+  LatencyHistogram wait, service, limiter;
   {
     std::lock_guard lock(mu_);
     for (std::size_t i = 0; i < lanes_.size(); ++i) {
@@ -205,12 +216,14 @@ MetricsSnapshot Metrics::snapshot() const {
       add_counters(out.total, lanes_[i].n);
       wait.merge(lanes_[i].lat->wait);
       service.merge(lanes_[i].lat->service);
+      limiter.merge(lanes_[i].lat->limiter);
     }
     for (const auto& [name, s] : clients_)
       out.clients.emplace_hint(out.clients.end(), name, s->snapshot());
   }
   out.total.queue_wait = summarize(wait);
   out.total.service_time = summarize(service);
+  out.total.limiter_wait = summarize(limiter);
   out.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   return out;
 }
@@ -236,8 +249,22 @@ nlohmann::json series_json(const SeriesSnapshot& s) {
           {"expired", s.expired},
           {"cancelled", s.cancelled},
           {"retried", s.retried},
+          {"rate_limited", s.rate_limited},
           {"queue_wait", latency_json(s.queue_wait)},
-          {"service_time", latency_json(s.service_time)}};
+          {"service_time", latency_json(s.service_time)},
+          {"limiter_wait", latency_json(s.limiter_wait)}};
+}
+
+nlohmann::json limiter_json(const LimiterSnapshot& l) {
+  auto budgets = nlohmann::json::array();
+  for (const auto& b : l.budgets)
+    budgets.push_back({{"name", b.name},
+                       {"limit", b.limit},
+                       {"period_s", b.period_s},
+                       {"available", b.available}});
+  return {{"name", l.name},       {"budgets", std::move(budgets)},
+          {"waiting", l.waiting}, {"granted", l.granted},
+          {"pauses", l.pauses},   {"paused_for_s", l.paused_for_s}};
 }
 
 }  // namespace
@@ -251,6 +278,8 @@ void to_json(nlohmann::json& j, const MetricsSnapshot& s) {
     lanes.push_back({{"name", l.name}, {"priority", l.priority}, {"stats", series_json(l.stats)}});
   auto& clients = j["clients"] = nlohmann::json::object();
   for (const auto& [name, c] : s.clients) clients[name] = series_json(c);
+  auto& limiters = j["limiters"] = nlohmann::json::array();
+  for (const auto& l : s.limiters) limiters.push_back(limiter_json(l));
 }
 
 nlohmann::json to_json(const MetricsSnapshot& s) {
@@ -278,6 +307,8 @@ constexpr CounterFamily counter_families[] = {
     {"requests_cancelled_total", "Requests cancelled.", &SeriesSnapshot::cancelled},
     {"requests_retried_total", "Attempts put back into their lane for a retry.",
      &SeriesSnapshot::retried},
+    {"requests_rate_limited_total", "Provider answers 429/529 (rate limited or overloaded).",
+     &SeriesSnapshot::rate_limited},
 };
 
 struct GaugeFamily {
@@ -301,6 +332,8 @@ constexpr SummaryFamily summary_families[] = {
     {"queue_wait_seconds", "Time from submit to start.", &SeriesSnapshot::queue_wait},
     {"service_time_seconds", "Time from start to finish of started requests.",
      &SeriesSnapshot::service_time},
+    {"limiter_wait_seconds", "Time started requests waited on the rate limiter before the call.",
+     &SeriesSnapshot::limiter_wait},
 };
 
 void append_number(std::string& out, double v) {
@@ -324,6 +357,13 @@ void append_escaped(std::string& out, std::string_view v) {
     else if (ch == '\n') out += "\\n";
     else out += ch;
   }
+}
+
+void append_header(std::string& out, std::string_view prefix, std::string_view name,
+                   std::string_view help, std::string_view scope_help, std::string_view type) {
+  out += "# HELP ", out += prefix, out += name, out += ' ', out += help;
+  out += scope_help, out += '\n';
+  out += "# TYPE ", out += prefix, out += name, out += ' ', out += type, out += '\n';
 }
 
 struct Labelled {
@@ -364,9 +404,7 @@ class Writer {
 
  private:
   void header(const char* name, const char* help, const char* scope_help, const char* type) {
-    out_ += "# HELP ", out_ += prefix_, out_ += name, out_ += ' ', out_ += help;
-    out_ += scope_help, out_ += '\n';
-    out_ += "# TYPE ", out_ += prefix_, out_ += name, out_ += ' ', out_ += type, out_ += '\n';
+    append_header(out_, prefix_, name, help, scope_help, type);
   }
 
   void sample(const char* name, const char* suffix, std::string_view label_value,
@@ -387,6 +425,44 @@ class Writer {
   const std::vector<Labelled>& series_;
 };
 
+// Limiter families: one sample per limiter (label limiter), or per limiter and budget (labels
+// limiter, budget) for the budget gauges.
+void write_limiters(std::string& out, std::string_view p, const std::vector<LimiterSnapshot>& ls) {
+  const auto sample = [&](std::string_view name, std::string_view limiter,
+                          const std::string* budget, auto value) {
+    out += p, out += name, out += "{limiter=\"";
+    append_escaped(out, limiter);
+    out += '"';
+    if (budget) out += ",budget=\"", append_escaped(out, *budget), out += '"';
+    out += "} ";
+    append_number(out, value);
+    out += '\n';
+  };
+  append_header(out, p, "limiter_budget_limit", "Budget units allowed per period.",
+                " Per limiter and budget.", "gauge");
+  for (const auto& l : ls)
+    for (const auto& b : l.budgets) sample("limiter_budget_limit", l.name, &b.name, b.limit);
+  append_header(out, p, "limiter_budget_available",
+                "Budget units available now (negative while in debt).", " Per limiter and budget.",
+                "gauge");
+  for (const auto& l : ls)
+    for (const auto& b : l.budgets)
+      sample("limiter_budget_available", l.name, &b.name, b.available);
+  append_header(out, p, "limiter_waiting", "Acquires waiting on the limiter now.", " Per limiter.",
+                "gauge");
+  for (const auto& l : ls) sample("limiter_waiting", l.name, nullptr, l.waiting);
+  append_header(out, p, "limiter_granted_total", "Acquires granted by the limiter.",
+                " Per limiter.", "counter");
+  for (const auto& l : ls) sample("limiter_granted_total", l.name, nullptr, l.granted);
+  append_header(out, p, "limiter_pauses_total", "Server-requested pauses (429/529).",
+                " Per limiter.", "counter");
+  for (const auto& l : ls) sample("limiter_pauses_total", l.name, nullptr, l.pauses);
+  append_header(out, p, "limiter_paused_seconds",
+                "Seconds left of the current server-requested pause (0 = not paused).",
+                " Per limiter.", "gauge");
+  for (const auto& l : ls) sample("limiter_paused_seconds", l.name, nullptr, l.paused_for_s);
+}
+
 bool valid_prefix(std::string_view p) {
   const auto ok = [](char c, bool first) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
@@ -405,13 +481,15 @@ std::string to_prometheus(const MetricsSnapshot& s, std::string_view prefix) {
                                 "' is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
   const std::string p = prefix.empty() ? std::string() : std::string(prefix) + '_';
   std::string out;
-  out.reserve(2048 + 1024 * (s.lanes.size() + s.clients.size()));
+  out.reserve(2048 + 1024 * (s.lanes.size() + s.clients.size()) + 512 * s.limiters.size());
 
   std::vector<Labelled> lanes, clients;
   for (const auto& l : s.lanes) lanes.push_back({l.name, &l.stats});
   for (const auto& [name, c] : s.clients) clients.push_back({name, &c});
   Writer(out, p, "lane", lanes).write(" Per lane.");
   if (!clients.empty()) Writer(out, p + "client_", "client", clients).write(" Per client.");
+  // Like the client families, the limiter families are left out when there is nothing to report.
+  if (!s.limiters.empty()) write_limiters(out, p, s.limiters);
 
   out += "# HELP " + p + "uptime_seconds Seconds since the metrics were created.\n";
   out += "# TYPE " + p + "uptime_seconds gauge\n";

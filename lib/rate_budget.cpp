@@ -16,8 +16,8 @@ void check_spec(const BudgetSpec& s, const std::string& where) {
 
 }  // namespace
 
-RateBudgets::RateBudgets(std::vector<BudgetSpec> specs) {
-  if (specs.empty()) throw std::invalid_argument("RateBudgets: no budgets");
+RateBudgets::RateBudgets(std::vector<BudgetSpec> specs, Ticket first_ticket)
+    : next_ticket_(std::max<Ticket>(1, first_ticket)) {
   for (std::size_t i = 0; i < specs.size(); ++i) {
     check_spec(specs[i], "BudgetSpec[" + std::to_string(i) + "] (" + specs[i].name + ")");
     budgets_.push_back(Budget{.spec = std::move(specs[i])});

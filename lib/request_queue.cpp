@@ -1,10 +1,14 @@
 #include "laneq/request_queue.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
+#include <random>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
+#include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -14,6 +18,7 @@
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "laneq/rate_limit_headers.hpp"
 #include "laneq/scheduler.hpp"
 
 namespace laneq {
@@ -82,6 +87,15 @@ void validate(const QueueConfig& c) {
     bad_config("QueueConfig::reserved_workers > 0 but no lane has reserved = true");
   for (const auto& [client, w] : c.client_weights)
     if (w == 0) bad_config("QueueConfig::client_weights[\"" + client + "\"] must be >= 1");
+  if (c.retry.max_attempts < 1 || c.retry.max_attempts > 100)
+    bad_config("QueueConfig::retry.max_attempts must be in 1..100 (got " +
+               std::to_string(c.retry.max_attempts) + ")");
+  if (c.retry.base_delay.count() < 0 || c.retry.max_delay.count() < 0 ||
+      c.retry.max_retry_after.count() < 0)
+    bad_config("QueueConfig::retry delays must be >= 0");
+  if (c.default_max_tokens < 0) bad_config("QueueConfig::default_max_tokens must be >= 0");
+  for (const auto& [model, limits] : c.model_rate_limits)
+    if (model.empty()) bad_config("QueueConfig::model_rate_limits: a model name is empty");
 }
 
 SchedulerConfig scheduler_config(const QueueConfig& c) {
@@ -117,6 +131,7 @@ std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfi
 struct worker {
   bool reserved = false;
   op_ptr current = nullptr;
+  bool acquiring = false;  // `current` waits on the rate limiter: no call made yet
   Response result;  // the provider's answer lands here; only the error code travels the resume
   asio::cancellation_signal signal;
   unique_function<void(op_ptr)> parked;
@@ -130,7 +145,11 @@ class queue_impl {
         provider_(provider),
         sched_(scheduler_config(cfg_)),
         metrics_(metric_lanes(sched_, cfg_), cfg_.metrics_max_clients),
-        timer_(strand_) {
+        timer_(strand_),
+        limiter_(std::make_unique<RateLimiter>(ex, cfg_.rate_limits, "default")),
+        rng_(std::random_device{}()) {
+    for (const auto& [model, limits] : cfg_.model_rate_limits)
+      model_limiters_.emplace(model, std::make_unique<RateLimiter>(ex, limits, model));
     for (const auto& [client, w] : cfg_.client_weights) sched_.set_client_weight(client, w);
     for (const LaneConfig* l : lanes_by_rank(sched_, cfg_)) lane_when_full_.push_back(l->when_full);
   }
@@ -197,6 +216,11 @@ class queue_impl {
       shutdown_waiters_.push_back(std::move(done));
       // Submits already waiting for room were made before shutdown: drain keeps them too.
       if (!drain_ || !started_) {
+        while (!retry_waits_.empty()) {
+          op_ptr op = retry_waits_.begin()->second;
+          retry_waits_.erase(retry_waits_.begin());
+          finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
+        }
         while (wait_head_) {
           op_ptr op = wait_head_;
           unlink_waiting(op);
@@ -205,6 +229,13 @@ class queue_impl {
         while (auto item = sched_.pop(steady::now())) {
           auto* op = reinterpret_cast<op_ptr>(item->payload);
           finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::queued);
+        }
+        // Waiting on the rate limiter is still waiting: nothing was sent, so it fails too.
+        for (auto& w : workers_) {
+          if (!w->acquiring || w->current->st != state::in_flight) continue;
+          finish(w->current, errc::shutting_down, Metrics::Outcome::cancelled,
+                 Metrics::From::in_flight);
+          w->signal.emit(asio::cancellation_type::terminal);
         }
       }
       check_shutdown();
@@ -217,7 +248,18 @@ class queue_impl {
     });
   }
 
-  MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  MetricsSnapshot metrics() const {
+    auto snap = metrics_.snapshot();
+    snap.limiters.push_back(limiter_->snapshot());
+    for (const auto& [model, l] : model_limiters_) snap.limiters.push_back(l->snapshot());
+    return snap;
+  }
+
+  RateLimiter& limiter_for(std::string_view model) const {
+    if (!model_limiters_.empty())
+      if (auto it = model_limiters_.find(model); it != model_limiters_.end()) return *it->second;
+    return *limiter_;
+  }
   const QueueConfig& config() const noexcept { return cfg_; }
 
  private:
@@ -242,6 +284,17 @@ class queue_impl {
     if (cfg_.max_pending_per_client != 0 &&
         sched_.client_size(op->options.client) >= cfg_.max_pending_per_client)
       return reject(op, errc::client_queue_full);
+    // Estimated once; a cost beyond a whole budget could never be granted: say so now.
+    try {
+      const std::int64_t prompt = cfg_.prompt_estimator ? cfg_.prompt_estimator(op->request)
+                                                        : estimate_prompt_tokens(op->request);
+      op->prompt_tokens = static_cast<std::int32_t>(
+          std::clamp<std::int64_t>(prompt, 0, std::numeric_limits<std::int32_t>::max()));
+    } catch (...) {
+      return reject(op, errc::internal);  // the user's estimator threw
+    }
+    if (!limiter_for(op->request.model).fits(estimated_cost(*op)))
+      return reject(op, errc::exceeds_rate_limit);
 
     if (op->options.timeout) {
       op->deadline = now + *op->options.timeout;
@@ -270,6 +323,13 @@ class queue_impl {
     }
     enqueue(op, false);
     hand_out();
+  }
+
+  RateCost estimated_cost(const submit_op_base& op) const {
+    return {.requests = 1,
+            .input_tokens = op.prompt_tokens,
+            .output_tokens = op.request.max_tokens > 0 ? op.request.max_tokens
+                                                       : cfg_.default_max_tokens};
   }
 
   void reject(op_ptr op, errc e) {
@@ -351,6 +411,7 @@ class queue_impl {
     auto* op = reinterpret_cast<op_ptr>(item->payload);
     op->st = state::in_flight;
     op->started_at = now;
+    op->sched_id = item->seq;  // a retry goes back to this place
     op->add_ref();  // the worker's
     ++in_flight_;
     metrics_.started(op->lane, op->client_ref, op->started_at - op->submitted_at);
@@ -383,39 +444,133 @@ class queue_impl {
 
   strand_awaitable<void> call(worker& w, op_ptr op) {
     if (op->st == state::in_flight) {
-      w.current = op;
+      w.current = op;  // from here, cancel and deadline reach this worker (w.signal)
+      RateLimiter& lim = limiter_for(op->request.model);
+      const RateCost estimate = estimated_cost(*op);
+      const auto asked = steady::now();
+      RateLimiter::Ticket ticket = lim.try_acquire(estimate);
       std::error_code ec;
-      try {
-        auto token = asio::experimental::as_tuple(on_strand);
-        std::tie(ec) = co_await asio::async_initiate<decltype(token), void(std::error_code)>(
-            [this, &w, op](auto handler) {
-              provider_.async_call(
-                  op->request, CallContext{strand_, w.signal.slot(), op->deadline},
-                  CallCompletion([h = std::move(handler), &w](std::error_code e, Response r) mutable {
-                    // The worker is suspended on exactly this completion: nobody else touches
-                    // w.result until the dispatch below resumes it on the strand.
-                    w.result = std::move(r);
-                    auto ex = asio::get_associated_executor(h);
-                    asio::dispatch(ex, asio::detail::bind_handler(std::move(h), e));
-                  }));
-            },
-            token);
-      } catch (...) {
-        ec = errc::internal;
+      if (ticket == 0) {
+        w.acquiring = true;
+        std::tie(ec, ticket) = co_await lim.async_acquire(
+            estimate, static_cast<int>(op->lane),
+            asio::bind_cancellation_slot(w.signal.slot(), asio::experimental::as_tuple(on_strand)));
+      }
+      w.acquiring = false;
+      metrics_.limiter_wait(op->lane, op->client_ref, steady::now() - asked);
+      if (op->st != state::in_flight) {
+        lim.reconcile(ticket, estimate, RateCost{0, 0, 0});  // resolved meanwhile: no call made
+      } else if (ec) {
+        finish(op, ec == errc::exceeds_rate_limit ? ec : make_error_code(errc::internal),
+               Metrics::Outcome::failed, Metrics::From::in_flight);
+      } else {
+        co_await attempt(w, op, lim, ticket, estimate);
       }
       w.current = nullptr;
-      if (op->st == state::in_flight) {  // not already resolved by cancel / timeout
-        Response& resp = w.result;
-        resp.attempts = 1;
-        finish(op, ec, ec ? Metrics::Outcome::failed : Metrics::Outcome::succeeded,
-               Metrics::From::in_flight, std::move(resp));
-      }
-      w.result = Response{};
     }
     --in_flight_;
     op->release();
     check_shutdown();
     maybe_idle();
+  }
+
+  strand_awaitable<void> attempt(worker& w, op_ptr op, RateLimiter& lim, RateLimiter::Ticket ticket,
+                                 const RateCost& estimate) {
+    std::error_code ec;
+    op->started_at = steady::now();  // service time = the call itself
+    try {
+      auto token = asio::experimental::as_tuple(on_strand);
+      std::tie(ec) = co_await asio::async_initiate<decltype(token), void(std::error_code)>(
+          [this, &w, op](auto handler) {
+            provider_.async_call(
+                op->request, CallContext{strand_, w.signal.slot(), op->deadline},
+                CallCompletion([h = std::move(handler), &w](std::error_code e, Response r) mutable {
+                  // The worker is suspended on exactly this completion: nobody else touches
+                  // w.result until the dispatch below resumes it on the strand.
+                  w.result = std::move(r);
+                  auto ex = asio::get_associated_executor(h);
+                  asio::dispatch(ex, asio::detail::bind_handler(std::move(h), e));
+                }));
+          },
+          token);
+    } catch (...) {
+      ec = errc::internal;
+    }
+    Response resp = std::move(w.result);
+    w.result = Response{};
+    ++op->attempts;
+    lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
+    lim.observe(resp.headers);
+    if (op->st != state::in_flight) co_return;  // resolved by cancel / timeout meanwhile
+
+    resp.attempts = op->attempts;
+    if (!ec) {
+      finish(op, ec, Metrics::Outcome::succeeded, Metrics::From::in_flight, std::move(resp));
+      co_return;
+    }
+    if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
+        ec == errc::overloaded)
+      metrics_.rate_limited(op->lane, op->client_ref);
+    const auto info = parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
+    const auto d = decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01());
+    if (d.pause_all) lim.pause_for(d.delay);  // one pause for every worker
+    if (!d.retry) {
+      finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
+      co_return;
+    }
+    const auto at = steady::now() + d.delay;
+    if (at >= op->deadline) {  // the retry could not finish in time: fail now, with the cause
+      op->timed_out = true;
+      finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::in_flight,
+             std::move(resp));
+      co_return;
+    }
+    last_errors_.insert_or_assign(op, retry_info{std::move(resp), at});
+    if (d.pause_all) {
+      // The limiter's pause holds every start until `at`: back to its place at once, so it goes
+      // before requests queued behind it, not after those taken while it waited.
+      requeue(op);
+      hand_out();
+      co_return;
+    }
+    op->st = state::retry_wait;
+    retry_waits_.emplace(at, op);
+    arm_timer(at);
+  }
+
+  // What the call cost in the end. Success: the reported usage (the estimate when none came).
+  // The server answered with an error: one request, no tokens. No answer (network, cancelled):
+  // unknown, so the estimate stands.
+  static RateCost actual_cost(std::error_code ec, const Response& r, const RateCost& estimate) {
+    if (!ec) {
+      if (r.usage.total() <= 0) return estimate;
+      return {1, r.usage.input_tokens, r.usage.output_tokens};
+    }
+    if (r.status != 0) return {1, 0, 0};
+    return estimate;
+  }
+
+  double random01() {
+    if (cfg_.random) return cfg_.random();
+    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  }
+
+  // A retry's back-off is over: back into its lane at its original place.
+  void requeue(op_ptr op) {
+    Scheduler::PushArgs args{.lane = op->lane,
+                             .client = op->options.client,
+                             .payload = reinterpret_cast<std::uint64_t>(op),
+                             .enqueued_at = op->submitted_at,
+                             .deadline = std::nullopt,
+                             .cost = op->options.cost,
+                             .seq = op->sched_id};
+    if (op->options.timeout) args.deadline = op->deadline;
+    const auto r = sched_.push(args);  // a requeue is never rejected for capacity
+    if (r.status != Scheduler::PushStatus::ok)
+      return finish(op, errc::internal, Metrics::Outcome::failed, Metrics::From::in_flight);
+    op->sched_id = r.id;
+    op->st = state::queued;
+    metrics_.requeued(op->lane, op->client_ref);
   }
 
   // --- resolution (strand) ---
@@ -425,11 +580,19 @@ class queue_impl {
   }
   void finish(op_ptr op, std::error_code ec, Metrics::Outcome outcome, Metrics::From from,
               Response&& resp) {
+    if (op->attempts > 0) {
+      // A request between attempts that times out (or is cancelled) carries the last error.
+      if (auto it = last_errors_.find(op); it != last_errors_.end()) {
+        if (resp.status == 0 && resp.error_message.empty()) resp = std::move(it->second.last);
+        last_errors_.erase(it);
+      }
+      resp.attempts = op->attempts;
+    }
     const auto service = from == Metrics::From::in_flight ? steady::now() - op->started_at
                                                           : steady::duration::zero();
     metrics_.finished(op->lane, op->client_ref, outcome, from, service);
     if (from == Metrics::From::in_flight) {
-      resp.queue_wait = op->started_at - op->submitted_at;
+      resp.queue_wait = op->started_at - op->submitted_at;  // incl. limiter wait and retries
       resp.service_time = service;
     }
     op->complete(ec, std::move(resp));
@@ -447,6 +610,10 @@ class queue_impl {
         sched_.remove(op->sched_id);
         finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::queued);
         admit_waiters();
+        break;
+      case state::retry_wait:
+        retry_waits_.erase({last_errors_.at(op).at, op});
+        finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::in_flight);
         break;
       case state::in_flight:
         op->cancel_requested = true;
@@ -479,6 +646,11 @@ class queue_impl {
     while (auto item = sched_.pop_expired(now))
       finish(reinterpret_cast<op_ptr>(item->payload), errc::timeout, Metrics::Outcome::expired,
              Metrics::From::queued);
+    while (!retry_waits_.empty() && retry_waits_.begin()->first <= now) {
+      op_ptr op = retry_waits_.begin()->second;
+      retry_waits_.erase(retry_waits_.begin());
+      requeue(op);
+    }
     while (!wait_deadlines_.empty() && wait_deadlines_.begin()->first <= now) {
       op_ptr op = wait_deadlines_.begin()->second;
       unlink_waiting(op);
@@ -486,6 +658,7 @@ class queue_impl {
     }
     auto next = sched_.next_deadline().value_or(never);
     if (!wait_deadlines_.empty()) next = std::min(next, wait_deadlines_.begin()->first);
+    if (!retry_waits_.empty()) next = std::min(next, retry_waits_.begin()->first);
     for (auto& w : workers_) {
       op_ptr op = w->current;
       if (!op || op->st != state::in_flight) continue;
@@ -504,7 +677,8 @@ class queue_impl {
 
   // Nothing pending: drop the timer so io_context::run() can return.
   void maybe_idle() {
-    if (timer_expiry_ != never && sched_.empty() && wait_head_ == nullptr && in_flight_ == 0) {
+    if (timer_expiry_ != never && sched_.empty() && wait_head_ == nullptr && in_flight_ == 0 &&
+        retry_waits_.empty()) {
       timer_.cancel();
       timer_expiry_ = never;
     }
@@ -514,7 +688,7 @@ class queue_impl {
 
   void check_shutdown() {
     if (!stopping_ || stop_workers_) return;
-    if (!sched_.empty() || wait_head_ != nullptr || in_flight_ > 0) return;
+    if (!sched_.empty() || wait_head_ != nullptr || in_flight_ > 0 || !retry_waits_.empty()) return;
     stop_workers_ = true;
     for (auto* list : {&idle_any_, &idle_reserved_}) {
       for (worker* w : *list) wake(*w, nullptr);
@@ -549,6 +723,15 @@ class queue_impl {
   op_ptr wait_tail_ = nullptr;
   std::set<std::pair<steady::time_point, op_ptr>> wait_deadlines_;
   std::vector<unique_function<void(std::error_code)>> shutdown_waiters_;
+  std::unique_ptr<RateLimiter> limiter_;
+  std::map<std::string, std::unique_ptr<RateLimiter>, std::less<>> model_limiters_;
+  std::mt19937_64 rng_;
+  struct retry_info {
+    Response last;             // the failed attempt's answer, carried into a later timeout
+    steady::time_point at;     // when its back-off ends
+  };
+  std::set<std::pair<steady::time_point, op_ptr>> retry_waits_;
+  std::unordered_map<op_ptr, retry_info> last_errors_;
   std::size_t in_flight_ = 0;
   std::size_t workers_alive_ = 0;
   bool handing_out_ = false;
@@ -590,6 +773,8 @@ void RequestQueue::start_shutdown(ShutdownOptions opts,
 }
 
 MetricsSnapshot RequestQueue::metrics() const { return impl_->metrics(); }
+
+RateLimiter& RequestQueue::limiter(std::string_view model) { return impl_->limiter_for(model); }
 
 void RequestQueue::set_client_weight(std::string client, std::uint32_t weight) {
   if (weight == 0)

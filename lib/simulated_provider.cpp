@@ -41,7 +41,7 @@ void SimulatedProvider::script(SimulatedOutcome outcome) {
 
 SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
   // Nothing random or scripted to decide: no lock (the B1 no-op path).
-  if (!cfg_.latency_fn && cfg_.jitter.count() <= 0 && cfg_.failure_rate <= 0 &&
+  if (!cfg_.latency_fn && !cfg_.usage_fn && cfg_.jitter.count() <= 0 && cfg_.failure_rate <= 0 &&
       scripted_.load(std::memory_order_acquire) == 0)
     return {cfg_.latency, {}};
   std::lock_guard lock(mu_);
@@ -52,6 +52,7 @@ SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
     p.latency += std::chrono::nanoseconds(
         std::uniform_int_distribution<std::int64_t>(0, cfg_.jitter.count() - 1)(rng_));
   }
+  if (cfg_.usage_fn) p.usage = cfg_.usage_fn(request, rng_);
   if (!script_.empty()) {
     p.outcome = std::move(script_.front());
     script_.pop_front();
@@ -77,10 +78,14 @@ void SimulatedProvider::async_call(const Request& request, CallContext ctx,
   // stays small.
   std::size_t chars = 0;
   for (const auto& m : request.messages) chars += m.content.size();
-  const std::int64_t input = static_cast<std::int64_t>(chars / 4 + 1);
-  const std::int64_t output = request.max_tokens > 0
-                                  ? std::min<std::int64_t>(cfg_.output_tokens, request.max_tokens)
-                                  : cfg_.output_tokens;
+  std::int64_t input = static_cast<std::int64_t>(chars / 4 + 1);
+  std::int64_t output = request.max_tokens > 0
+                            ? std::min<std::int64_t>(cfg_.output_tokens, request.max_tokens)
+                            : cfg_.output_tokens;
+  if (p.usage) {
+    input = p.usage->input_tokens;
+    output = p.usage->output_tokens;
+  }
 
   if (p.latency.count() <= 0 && p.outcome.headers.empty()) {
     asio::post(ctx.executor, [this, done = std::move(done), ec = p.outcome.error,

@@ -61,7 +61,9 @@ struct SeriesSnapshot {
   std::int64_t waiting = 0;     // waiting for room (backpressure), not yet queued
   std::uint64_t submitted = 0, started = 0, succeeded = 0, failed = 0, rejected = 0,
                 expired = 0, cancelled = 0, retried = 0;
+  std::uint64_t rate_limited = 0;  // 429/529 answers seen from the provider
   LatencySummary queue_wait, service_time;
+  LatencySummary limiter_wait;  // time a started request waited on the rate limiter before its call
 };
 
 struct LaneSnapshot {
@@ -70,28 +72,53 @@ struct LaneSnapshot {
   SeriesSnapshot stats;
 };
 
+// One budget of a rate limiter, as it stands now.
+struct BudgetSnapshot {
+  std::string name;            // "requests", "tokens", "input_tokens", "output_tokens"
+  std::int64_t limit = 0;      // units per period
+  double period_s = 0;
+  std::int64_t available = 0;  // units available now (negative while in debt)
+};
+
+struct LimiterSnapshot {
+  std::string name;  // "default" or the model name
+  std::vector<BudgetSnapshot> budgets;
+  std::uint64_t waiting = 0;  // acquires waiting now
+  std::uint64_t granted = 0;  // acquires granted so far
+  std::uint64_t pauses = 0;   // server-requested pauses (429/529) so far
+  double paused_for_s = 0;    // remaining pause now (0 = not paused)
+};
+
 struct MetricsSnapshot {
   std::vector<LaneSnapshot> lanes;                   // in the order given to Metrics
   std::map<std::string, SeriesSnapshot> clients;     // by client name; overflow series "_other"
   SeriesSnapshot total;                              // all lanes together
   double uptime_s = 0;
+  // Filled by the request queue (the limiters live there); Metrics::snapshot() leaves it empty.
+  std::vector<LimiterSnapshot> limiters;
 };
 
 // JSON: {"uptime_s", "total": series, "lanes": [{"name", "priority", "stats": series}],
-// "clients": {name: series}}; a series has the SeriesSnapshot field names, its latencies are
-// objects with the LatencySummary field names.
+// "clients": {name: series}, "limiters": [limiter]}; a series has the SeriesSnapshot field names,
+// its latencies are objects with the LatencySummary field names; a limiter is {"name", "budgets":
+// [{"name", "limit", "period_s", "available"}], "waiting", "granted", "pauses", "paused_for_s"}
+// ("limiters" is always present, possibly empty).
 nlohmann::json to_json(const MetricsSnapshot& s);
 void to_json(nlohmann::json& j, const MetricsSnapshot& s);  // so `nlohmann::json j = snap;` works
 
 // Prometheus text exposition format 0.0.4. Families (with prefix "laneq"):
-//   laneq_requests_{submitted,started,succeeded,failed,rejected,expired,cancelled,retried}_total
-//                                                             counter
+//   laneq_requests_{submitted,started,succeeded,failed,rejected,expired,cancelled,retried,
+//                   rate_limited}_total                       counter
 //   laneq_queue_depth, laneq_in_flight, laneq_waiting         gauge
-//   laneq_queue_wait_seconds, laneq_service_time_seconds      summary (quantile 0.5/0.9/0.99,
-//                                                             _sum, _count; NaN quantiles if empty)
+//   laneq_queue_wait_seconds, laneq_service_time_seconds,     summary (quantile 0.5/0.9/0.99,
+//   laneq_limiter_wait_seconds                                _sum, _count; NaN quantiles if empty)
 // each with one sample per lane, label lane="<name>". The same families prefixed
 // "laneq_client_" carry one sample per client, label client="<name>" (separate families, so a
 // sum() over a family never counts a request twice). No unlabelled totals: sum over lanes.
+// Per rate limiter (only if the snapshot has limiters), label limiter="<name>":
+//   laneq_limiter_budget_limit, laneq_limiter_budget_available  gauge, plus label budget="<name>"
+//   laneq_limiter_waiting, laneq_limiter_paused_seconds         gauge
+//   laneq_limiter_granted_total, laneq_limiter_pauses_total     counter
 // Plus laneq_uptime_seconds (gauge). Label values are escaped (\\, \", \n).
 // Throws std::invalid_argument if prefix is not a valid metric name prefix.
 std::string to_prometheus(const MetricsSnapshot& s, std::string_view prefix = "laneq");
@@ -145,6 +172,9 @@ class Metrics {
   // depth--, in_flight++, started++, queue_wait recorded.
   void started(std::size_t lane, ClientRef c, std::chrono::nanoseconds queue_wait);
   void requeued(std::size_t lane, ClientRef c);    // in_flight--, depth++, retried++
+  void rate_limited(std::size_t lane, ClientRef c);  // rate_limited++ (provider said 429/529)
+  // limiter_wait recorded: a started request's wait for the rate limiter before its call.
+  void limiter_wait(std::size_t lane, ClientRef c, std::chrono::nanoseconds d);
   // Outcome counter++, then by `from`: in_flight: in_flight--, service_time recorded;
   // queued: depth--; waiting: waiting-- (service_time ignored unless in_flight).
   void finished(std::size_t lane, ClientRef c, Outcome o, From from,

@@ -13,7 +13,7 @@
 // when it would (the earliest time every budget fits). Costs are estimates; reconcile()
 // refunds or charges the difference once the actual usage is known (a charge beyond the
 // limit is debt: later grants wait until it ages out). pause_until() holds every grant (the
-// provider's 429 / retry-after); lower_remaining() adopts a lower remaining budget reported by
+// provider's 429 / retry-after; with no budgets at all, only the pause applies); lower_remaining() adopts a lower remaining budget reported by
 // the provider. Memory: one entry per grant still inside its budget's window.
 #include <chrono>
 #include <cstdint>
@@ -44,8 +44,10 @@ class RateBudgets {
     bool never = false;                           // a cost exceeds its budget's limit
   };
 
-  // Throws std::invalid_argument naming the bad field.
-  explicit RateBudgets(std::vector<BudgetSpec> specs);
+  // Throws std::invalid_argument naming the bad field. `first_ticket`: when budgets are rebuilt,
+  // pass the old next_ticket() so a ticket from before never names a grant made after.
+  explicit RateBudgets(std::vector<BudgetSpec> specs, Ticket first_ticket = 1);
+  Ticket next_ticket() const noexcept { return next_ticket_; }
 
   std::size_t size() const noexcept { return budgets_.size(); }
   const BudgetSpec& spec(std::size_t i) const { return budgets_.at(i).spec; }

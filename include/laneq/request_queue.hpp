@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,7 +28,10 @@
 #include "laneq/metrics.hpp"
 #include "laneq/priority.hpp"
 #include "laneq/provider.hpp"
+#include "laneq/rate_limiter.hpp"
 #include "laneq/request.hpp"
+#include "laneq/retry_policy.hpp"
+#include "laneq/token_estimate.hpp"
 
 namespace laneq {
 
@@ -56,6 +60,19 @@ struct QueueConfig {
   std::uint32_t quantum = 1;                 // DRR cost units per weight per turn, >= 1
   std::map<std::string, std::uint32_t> client_weights{};  // DRR weights (default 1), each >= 1
   std::size_t metrics_max_clients = 1000;    // distinct clients tracked in metrics
+
+  // Rate limits (none by default). Workers acquire {1 request, prompt estimate + max_tokens}
+  // before each call and reconcile with the reported usage after it. A request whose estimate
+  // exceeds a whole budget fails at submit with exceeds_rate_limit.
+  RateLimits rate_limits{};
+  // Separate budgets per Request::model (a cheap model's budget is not the expensive one's);
+  // models not listed use rate_limits.
+  std::map<std::string, RateLimits> model_rate_limits{};
+  RetryPolicy retry{};
+  PromptEstimator prompt_estimator{};        // default: estimate_prompt_tokens (~4 bytes/token)
+  std::int64_t default_max_tokens = 4096;    // reserved when Request::max_tokens is 0, >= 0
+  // Jitter source for retry back-off, uniform in [0, 1); default: a seeded mt19937_64.
+  std::function<double()> random{};
 };
 
 struct ShutdownOptions {
@@ -91,8 +108,10 @@ class RequestQueue {
 
   // Queues a request; completes with void(std::error_code, Response), exactly once, on the
   // handler's associated executor (default: the queue's executor).
-  // Errors: unknown_lane, queue_full, client_queue_full, shutting_down (at submit); timeout,
-  // cancelled, shutting_down (later); provider errors from the call.
+  // Errors: unknown_lane, queue_full, client_queue_full, shutting_down, exceeds_rate_limit (at
+  // submit); timeout, cancelled, shutting_down (later); provider errors from the last attempt
+  // (retryable failures are retried first, see RetryPolicy). A timeout after a failed attempt
+  // carries that attempt's Response (status, error type and message).
   // Cancellation (terminal/partial via the handler's cancellation slot): a waiting or queued
   // request is removed and completes with `cancelled` without reaching the provider; an
   // in-flight call completes with `cancelled` at once and the provider call is aborted.
@@ -128,6 +147,10 @@ class RequestQueue {
 
   // Thread-safe snapshot of the counters and latency percentiles.
   MetricsSnapshot metrics() const;
+
+  // The limiter for `model` (its own when model_rate_limits names it, else the queue's), e.g.
+  // for set_limits() at runtime or snapshot(). Thread-safe.
+  RateLimiter& limiter(std::string_view model = {});
 
   // DRR weight of a client (>= 1), from its next turn. Thread-safe (posts to the strand).
   void set_client_weight(std::string client, std::uint32_t weight);

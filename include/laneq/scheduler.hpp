@@ -62,7 +62,8 @@ class Scheduler {
     std::optional<TimePoint> deadline{};       // overrides the lane default
     std::uint32_t cost = 1;                    // DRR cost (>= 1)
     // Requeue (retry): the Item::seq it had, with its original enqueued_at, puts it back at its
-    // original place in its lane and client (FIFO and aging as if it had never left).
+    // original place in its lane and client (FIFO and aging as if it had never left). It was
+    // admitted once: max_pending and max_pending_per_client do not reject it again.
     std::optional<std::uint64_t> seq{};
   };
 

@@ -22,6 +22,8 @@ struct SimulatedProviderConfig {
   // Overrides latency/jitter when set (e.g. per-model latency); called under a lock.
   std::function<std::chrono::nanoseconds(const Request&, std::mt19937_64&)> latency_fn{};
   std::int64_t output_tokens = 16;           // completion size (capped by max_tokens when set)
+  // Overrides the usage reported on success (e.g. a random completion size); under a lock.
+  std::function<Usage(const Request&, std::mt19937_64&)> usage_fn{};
   double failure_rate = 0.0;                 // share of calls failing with `failure`
   std::error_code failure = errc::server_error;
   int failure_status = 500;
@@ -55,6 +57,7 @@ class SimulatedProvider final : public Provider {
   struct plan {
     std::chrono::nanoseconds latency;
     SimulatedOutcome outcome;
+    std::optional<Usage> usage{};
   };
   plan next_plan(const Request& request);
 

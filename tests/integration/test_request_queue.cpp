@@ -14,6 +14,7 @@
 #include <asio/use_future.hpp>
 
 #include "laneq/laneq.hpp"
+#include "support/recording_provider.hpp"
 #include "support/run.hpp"
 
 using namespace std::chrono_literals;
@@ -21,31 +22,10 @@ using namespace asio::experimental::awaitable_operators;
 using laneq::errc;
 using laneq::Priority;
 using laneq::test::chat;
+using laneq::test::RecordingProvider;
 using laneq::test::run;
 
 namespace {
-
-// Records the order in which requests reach the provider (by message text), then delegates.
-class RecordingProvider final : public laneq::Provider {
- public:
-  explicit RecordingProvider(laneq::SimulatedProviderConfig c = {}) : inner(std::move(c)) {}
-  void async_call(const laneq::Request& r, laneq::CallContext ctx,
-                  laneq::CallCompletion done) noexcept override {
-    {
-      std::lock_guard lock(mu);
-      order.push_back(r.messages.at(0).content);
-    }
-    inner.async_call(r, std::move(ctx), std::move(done));
-  }
-  const char* name() const noexcept override { return "recording"; }
-  std::vector<std::string> seen() {
-    std::lock_guard lock(mu);
-    return order;
-  }
-  laneq::SimulatedProvider inner;
-  std::mutex mu;
-  std::vector<std::string> order;
-};
 
 auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
 
@@ -487,7 +467,8 @@ TEST_CASE("provider failures reach the caller with their code and details", "[qu
   asio::io_context io;
   laneq::SimulatedProvider provider;
   provider.script({.error = errc::server_error, .status = 503});
-  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.max_attempts = 1}});
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
     try {

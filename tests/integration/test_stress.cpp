@@ -19,14 +19,13 @@
 
 using namespace std::chrono_literals;
 
-TEST_CASE("stress: 20000 random submits on 4 threads each complete exactly once",
-          "[queue][stress]") {
+namespace {
+
+void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
   constexpr int n = 20000;
   asio::io_context io(4);
-  laneq::SimulatedProvider provider({.latency = 50us, .jitter = 400us, .failure_rate = 0.05});
-  laneq::RequestQueue queue(io.get_executor(), provider,
-                            {.workers = 8, .reserved_workers = 2, .max_pending = 2000,
-                             .max_pending_per_client = 900});
+  laneq::SimulatedProvider provider(std::move(pc));
+  laneq::RequestQueue queue(io.get_executor(), provider, std::move(cfg));
   queue.start();
 
   struct Slot {
@@ -102,4 +101,25 @@ TEST_CASE("stress: 20000 random submits on 4 threads each complete exactly once"
   std::uint64_t lane_sum = 0;
   for (auto& l : m.lanes) lane_sum += l.stats.submitted;
   CHECK(lane_sum == static_cast<std::uint64_t>(n));
+  CHECK(m.total.retried > 0);
+  CHECK(provider.calls() >= m.total.succeeded + m.total.retried);
+}
+
+}  // namespace
+
+TEST_CASE("stress: 20000 random submits on 4 threads each complete exactly once",
+          "[queue][stress]") {
+  stress({.latency = 50us, .jitter = 400us, .failure_rate = 0.05},
+         {.workers = 8, .reserved_workers = 2, .max_pending = 2000, .max_pending_per_client = 900,
+          .retry = {.max_attempts = 2, .base_delay = 1ms, .max_delay = 2ms}});
+}
+
+TEST_CASE("stress: exactly once through a rate limiter with 429 pauses and retries",
+          "[queue][stress][limits]") {
+  // 20,000 requests at 5,000 per second; one call in ten answers 429 (a short global pause).
+  stress({.latency = 50us, .jitter = 400us, .failure_rate = 0.1, .failure = laneq::errc::rate_limited,
+          .failure_status = 429},
+         {.workers = 8, .reserved_workers = 2, .max_pending = 2000, .max_pending_per_client = 900,
+          .rate_limits = {.requests = 5000, .tokens = 2'000'000, .period = 1s},
+          .retry = {.max_attempts = 3, .base_delay = 1ms, .max_delay = 2ms}});
 }

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <regex>
 #include <set>
@@ -315,12 +316,14 @@ TEST_CASE("to_json has every field, nested by lane and client", "[metrics][expor
   CHECK(j.at("total").at("submitted") == 4);
   CHECK(j.at("total").at("rejected") == 1);
   for (const char* k : {"depth", "in_flight", "waiting", "submitted", "started", "succeeded",
-                        "failed", "rejected", "expired", "cancelled", "retried"})
+                        "failed", "rejected", "expired", "cancelled", "retried", "rate_limited"})
     CHECK(j.at("total").contains(k));
   for (const char* k : {"count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sum_ms"}) {
     CHECK(j.at("total").at("queue_wait").contains(k));
     CHECK(j.at("total").at("service_time").contains(k));
+    CHECK(j.at("total").at("limiter_wait").contains(k));
   }
+  CHECK(j.at("limiters") == nlohmann::json::array());  // always present, empty from Metrics
   CHECK(j.at("total").at("service_time").at("count") == 3);
   REQUIRE(j.at("lanes").size() == 2);
   CHECK(j.at("lanes")[0].at("name") == "critical");
@@ -401,4 +404,273 @@ TEST_CASE("to_prometheus escapes a client name with a quote, a backslash and a n
   CHECK(text.find(R"(laneq_client_requests_succeeded_total{client="ev\"il\\na\nme"} 1)") !=
         std::string::npos);
   CHECK(text.find("ev\"il") == std::string::npos);  // never unescaped
+}
+
+// ---- rate limiter and retries ------------------------------------------------------------
+
+TEST_CASE("rate_limited counts per lane and per client, separately from retried",
+          "[metrics][limiter]") {
+  Metrics m(two_lanes());
+  const auto a = m.client("alice"), b = m.client("bob");
+  m.rate_limited(0, a);
+  m.rate_limited(0, a);
+  m.rate_limited(1, b);
+  m.rate_limited(1, Metrics::ClientRef{});  // lane only
+  m.rate_limited(2, a);                     // out of range: no-op
+  // a 429 that is retried: the requeue still counts as retried, once
+  m.submitted(1, b);
+  m.enqueued(1, b, false);
+  m.started(1, b, 1ms);
+  m.requeued(1, b);
+  const auto s = m.snapshot();
+  CHECK(s.lanes[0].stats.rate_limited == 2);
+  CHECK(s.lanes[1].stats.rate_limited == 2);
+  CHECK(s.clients.at("alice").rate_limited == 2);
+  CHECK(s.clients.at("bob").rate_limited == 1);
+  CHECK(s.total.rate_limited == 4);
+  CHECK(s.total.retried == 1);
+  CHECK(s.clients.at("bob").retried == 1);
+  CHECK(s.clients.at("alice").retried == 0);
+  CHECK(s.total.depth == 1);
+  CHECK(s.total.in_flight == 0);
+  CHECK(s.limiters.empty());  // filled by the request queue, never by Metrics
+}
+
+TEST_CASE("limiter_wait has its own percentiles per lane, client and total",
+          "[metrics][limiter]") {
+  Metrics m(two_lanes());
+  const auto a = m.client("alice"), b = m.client("bob");
+  LatencyHistogram ref;
+  for (int i = 1; i <= 100; ++i) {
+    m.limiter_wait(0, a, std::chrono::milliseconds(i));
+    ref.record(std::chrono::milliseconds(i));
+  }
+  m.limiter_wait(1, b, 500ms);
+  m.limiter_wait(5, b, 1s);  // out of range: no-op
+  const auto s = m.snapshot();
+
+  // Bucket midpoints: 50 ms lies in [49.152, 53.248) ms -> 51.2; 90 ms in [81.92, 90.112) ->
+  // 86.016; 99 ms in [98.304, 106.496) -> 102.4, clamped to the max recorded, 100.
+  for (const auto* x : {&s.lanes[0].stats, &s.clients.at("alice")}) {
+    CHECK(x->limiter_wait.count == 100);
+    CHECK(x->limiter_wait.p50_ms == Approx(51.2));
+    CHECK(x->limiter_wait.p90_ms == Approx(86.016));
+    CHECK(x->limiter_wait.p99_ms == Approx(100.0));
+    CHECK(x->limiter_wait.max_ms == Approx(100.0));
+    CHECK(x->limiter_wait.sum_ms == Approx(5050.0));
+    const auto want = laneq::summarize(ref);
+    CHECK(x->limiter_wait.p50_ms == want.p50_ms);
+    CHECK(x->limiter_wait.p90_ms == want.p90_ms);
+    CHECK(x->limiter_wait.p99_ms == want.p99_ms);
+    // the other histograms are untouched
+    CHECK(x->queue_wait.count == 0);
+    CHECK(x->service_time.count == 0);
+  }
+  for (const auto* x : {&s.lanes[1].stats, &s.clients.at("bob")}) {
+    CHECK(x->limiter_wait.count == 1);
+    CHECK(x->limiter_wait.p50_ms == Approx(500.0));
+    CHECK(x->limiter_wait.p99_ms == Approx(500.0));
+    CHECK(x->limiter_wait.max_ms == Approx(500.0));
+  }
+  // lanes merged at snapshot time: 101 values; rank 51 -> 51 ms, rank 92 -> 92 ms in
+  // [90.112, 98.304) -> 94.208, rank 100 -> 100 ms -> 102.4 (no longer clamped).
+  CHECK(s.total.limiter_wait.count == 101);
+  CHECK(s.total.limiter_wait.p50_ms == Approx(51.2));
+  CHECK(s.total.limiter_wait.p90_ms == Approx(94.208));
+  CHECK(s.total.limiter_wait.p99_ms == Approx(102.4));
+  CHECK(s.total.limiter_wait.max_ms == Approx(500.0));
+  CHECK(s.total.limiter_wait.sum_ms == Approx(5550.0));
+  CHECK(s.total.queue_wait.count == 0);
+}
+
+namespace {
+laneq::MetricsSnapshot limiter_snapshot() {
+  Metrics m(two_lanes());
+  const auto a = m.client("alice");
+  m.rate_limited(0, a);
+  m.rate_limited(0, a);
+  m.rate_limited(1, a);
+  m.limiter_wait(0, a, 250ms);
+  m.limiter_wait(0, a, 250ms);
+  auto s = m.snapshot();
+  s.limiters = {
+      {.name = "default",
+       .budgets = {{.name = "requests", .limit = 50, .period_s = 60, .available = -3},
+                   {.name = "tokens", .limit = 40000, .period_s = 60, .available = 12345}},
+       .waiting = 2,
+       .granted = 17,
+       .pauses = 1,
+       .paused_for_s = 2.5},
+      {.name = "mo\"d\\el\nx",  // needs escaping
+       .budgets = {{.name = "output_tokens", .limit = 8000, .period_s = 0.5, .available = 0}},
+       .waiting = 0,
+       .granted = 4,
+       .pauses = 0,
+       .paused_for_s = 0},
+  };
+  return s;
+}
+
+// The value of the sample whose name and labels are exactly `series` (e.g. `x{lane="a"}`).
+std::optional<double> prom_value(const std::string& text, const std::string& series) {
+  for (const auto& line : lines_of(text))
+    if (line.size() > series.size() && line.starts_with(series) && line[series.size()] == ' ')
+      return std::stod(line.substr(series.size() + 1));
+  return std::nullopt;
+}
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("to_json round-trips rate_limited, limiter_wait and the limiters",
+          "[metrics][limiter][export]") {
+  const auto s = limiter_snapshot();
+  const auto j = nlohmann::json::parse(laneq::to_json(s).dump());
+  CHECK(j.at("total").at("rate_limited") == 3);
+  CHECK(j.at("lanes")[0].at("stats").at("rate_limited") == 2);
+  CHECK(j.at("lanes")[1].at("stats").at("rate_limited") == 1);
+  CHECK(j.at("clients").at("alice").at("rate_limited") == 3);
+  for (const auto* x :
+       {&j.at("total"), &j.at("lanes")[0].at("stats"), &j.at("clients").at("alice")}) {
+    const auto& w = x->at("limiter_wait");
+    CHECK(w.at("count") == 2);
+    CHECK(w.at("p50_ms").get<double>() == Approx(250.0));
+    CHECK(w.at("max_ms").get<double>() == Approx(250.0));
+    CHECK(w.at("sum_ms").get<double>() == Approx(500.0));
+  }
+  CHECK(j.at("lanes")[1].at("stats").at("limiter_wait").at("count") == 0);
+
+  const auto& ls = j.at("limiters");
+  REQUIRE(ls.is_array());
+  REQUIRE(ls.size() == 2);
+  CHECK(ls[0] == nlohmann::json::parse(R"({
+    "name": "default",
+    "budgets": [{"name": "requests", "limit": 50, "period_s": 60.0, "available": -3},
+                {"name": "tokens", "limit": 40000, "period_s": 60.0, "available": 12345}],
+    "waiting": 2, "granted": 17, "pauses": 1, "paused_for_s": 2.5})"));
+  CHECK(ls[1].at("name") == "mo\"d\\el\nx");
+  REQUIRE(ls[1].at("budgets").size() == 1);
+  CHECK(ls[1].at("budgets")[0].at("name") == "output_tokens");
+  CHECK(ls[1].at("budgets")[0].at("limit") == 8000);
+  CHECK(ls[1].at("budgets")[0].at("period_s") == 0.5);
+  CHECK(ls[1].at("budgets")[0].at("available") == 0);
+  CHECK(ls[1].at("granted") == 4);
+  CHECK(ls[1].at("paused_for_s") == 0.0);
+}
+
+TEST_CASE("to_prometheus has the rate limit and limiter families with their labels and values",
+          "[metrics][limiter][export]") {
+  const auto text = laneq::to_prometheus(limiter_snapshot());
+  const auto value = [&](const std::string& series) {
+    INFO(series);
+    const auto v = prom_value(text, series);
+    REQUIRE(v.has_value());
+    return *v;
+  };
+  // per lane and per client
+  CHECK(value(R"(laneq_requests_rate_limited_total{lane="critical"})") == 2);
+  CHECK(value(R"(laneq_requests_rate_limited_total{lane="low"})") == 1);
+  CHECK(value(R"(laneq_client_requests_rate_limited_total{client="alice"})") == 3);
+  CHECK(value(R"(laneq_limiter_wait_seconds{lane="critical",quantile="0.5"})") == Approx(0.25));
+  CHECK(value(R"(laneq_limiter_wait_seconds{lane="critical",quantile="0.99"})") == Approx(0.25));
+  CHECK(value(R"(laneq_limiter_wait_seconds_sum{lane="critical"})") == Approx(0.5));
+  CHECK(value(R"(laneq_limiter_wait_seconds_count{lane="critical"})") == 2);
+  CHECK(value(R"(laneq_limiter_wait_seconds_count{lane="low"})") == 0);
+  CHECK(text.find("laneq_limiter_wait_seconds{lane=\"low\",quantile=\"0.5\"} NaN\n") !=
+        std::string::npos);
+  CHECK(value(R"(laneq_client_limiter_wait_seconds_count{client="alice"})") == 2);
+  CHECK(value(R"(laneq_client_limiter_wait_seconds{client="alice",quantile="0.9"})") ==
+        Approx(0.25));
+  // per limiter (and budget); integers are written exactly
+  CHECK(text.find("laneq_limiter_budget_limit{limiter=\"default\",budget=\"requests\"} 50\n") !=
+        std::string::npos);
+  CHECK(text.find("laneq_limiter_budget_available{limiter=\"default\",budget=\"requests\"} -3\n") !=
+        std::string::npos);
+  CHECK(value(R"(laneq_limiter_budget_limit{limiter="default",budget="tokens"})") == 40000);
+  CHECK(value(R"(laneq_limiter_budget_available{limiter="default",budget="tokens"})") == 12345);
+  CHECK(value(R"(laneq_limiter_waiting{limiter="default"})") == 2);
+  CHECK(value(R"(laneq_limiter_granted_total{limiter="default"})") == 17);
+  CHECK(value(R"(laneq_limiter_pauses_total{limiter="default"})") == 1);
+  CHECK(text.find("laneq_limiter_paused_seconds{limiter=\"default\"} 2.5\n") != std::string::npos);
+  // label values escaped
+  const std::string model = R"(limiter="mo\"d\\el\nx")";
+  CHECK(value("laneq_limiter_budget_limit{" + model + R"(,budget="output_tokens"})") == 8000);
+  CHECK(value("laneq_limiter_budget_available{" + model + R"(,budget="output_tokens"})") == 0);
+  CHECK(value("laneq_limiter_waiting{" + model + "}") == 0);
+  CHECK(value("laneq_limiter_granted_total{" + model + "}") == 4);
+  CHECK(value("laneq_limiter_pauses_total{" + model + "}") == 0);
+  CHECK(value("laneq_limiter_paused_seconds{" + model + "}") == 0);
+  CHECK(text.find("mo\"d") == std::string::npos);  // never unescaped
+  // one sample per limiter, one per (limiter, budget)
+  CHECK(occurrences(text, "\nlaneq_limiter_budget_limit{") == 3);
+  CHECK(occurrences(text, "\nlaneq_limiter_budget_available{") == 3);
+  CHECK(occurrences(text, "\nlaneq_limiter_waiting{") == 2);
+  CHECK(occurrences(text, "\nlaneq_limiter_granted_total{") == 2);
+  CHECK(occurrences(text, "\nlaneq_limiter_pauses_total{") == 2);
+  CHECK(occurrences(text, "\nlaneq_limiter_paused_seconds{") == 2);
+}
+
+TEST_CASE("to_prometheus types each new family once, and its samples follow it",
+          "[metrics][limiter][export]") {
+  const auto text = laneq::to_prometheus(limiter_snapshot(), "svc");
+  const std::pair<const char*, const char*> families[] = {
+      {"svc_requests_rate_limited_total", "counter"},
+      {"svc_client_requests_rate_limited_total", "counter"},
+      {"svc_limiter_wait_seconds", "summary"},
+      {"svc_client_limiter_wait_seconds", "summary"},
+      {"svc_limiter_budget_limit", "gauge"},
+      {"svc_limiter_budget_available", "gauge"},
+      {"svc_limiter_waiting", "gauge"},
+      {"svc_limiter_granted_total", "counter"},
+      {"svc_limiter_pauses_total", "counter"},
+      {"svc_limiter_paused_seconds", "gauge"},
+  };
+  for (const auto& [name, type] : families) {
+    INFO(name);
+    CHECK(occurrences(text, std::string("# TYPE ") + name + " ") == 1);
+    CHECK(occurrences(text, std::string("# TYPE ") + name + " " + type + "\n") == 1);
+    CHECK(occurrences(text, std::string("# HELP ") + name + " ") == 1);
+  }
+  // every family, old and new: TYPE and HELP once, samples right after their TYPE line, and every
+  // line well formed
+  const std::regex sample_re(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")"
+      R"((,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*")*\})? )"
+      R"((NaN|[+-]Inf|-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)$)");
+  std::set<std::string> typed, helped;
+  std::string current;
+  for (const auto& line : lines_of(text)) {
+    INFO(line);
+    std::istringstream in(line);
+    std::string hash, kind, name;
+    if (line.starts_with("# ")) {
+      in >> hash >> kind >> name;
+      CHECK((kind == "HELP" ? helped : typed).insert(name).second);
+      if (kind == "TYPE") current = name;
+      continue;
+    }
+    CHECK(std::regex_match(line, sample_re));
+    name = line.substr(0, line.find_first_of("{ "));
+    CHECK((name == current || name == current + "_sum" || name == current + "_count"));
+  }
+  CHECK(typed == helped);
+}
+
+TEST_CASE("to_prometheus leaves the limiter families out when there are no limiters",
+          "[metrics][limiter][export]") {
+  auto s = limiter_snapshot();
+  s.limiters.clear();
+  const auto text = laneq::to_prometheus(s);
+  CHECK(text.find("laneq_limiter_budget") == std::string::npos);
+  CHECK(text.find("laneq_limiter_waiting") == std::string::npos);
+  CHECK(text.find("laneq_limiter_granted_total") == std::string::npos);
+  CHECK(text.find("laneq_limiter_pauses_total") == std::string::npos);
+  CHECK(text.find("laneq_limiter_paused_seconds") == std::string::npos);
+  // the per-lane families are there regardless
+  CHECK(text.find("# TYPE laneq_limiter_wait_seconds summary\n") != std::string::npos);
+  CHECK(text.find("laneq_requests_rate_limited_total{lane=\"critical\"} 2\n") != std::string::npos);
 }

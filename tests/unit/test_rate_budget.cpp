@@ -150,8 +150,17 @@ TEST_CASE("the provider's lower remaining count is adopted, a higher one ignored
   CHECK(b.available(0, t0 + 2s) == 5);
 }
 
+TEST_CASE("no budgets at all: only a pause holds grants", "[rate_budget]") {
+  RateBudgets b({});
+  CHECK(b.try_acquire({}, t0).granted);
+  b.pause_until(t0 + 3s);
+  const auto g = b.try_acquire({}, t0 + 1s);
+  CHECK_FALSE(g.granted);
+  CHECK(g.ready_at == t0 + 3s);
+  CHECK(b.try_acquire({}, t0 + 3s).granted);
+}
+
 TEST_CASE("invalid budgets are rejected naming the field", "[rate_budget]") {
-  CHECK_THROWS_WITH(RateBudgets({}), Catch::Contains("no budgets"));
   CHECK_THROWS_WITH(RateBudgets({{.name = "rpm", .limit = 0}}), Catch::Contains("limit"));
   CHECK_THROWS_WITH(RateBudgets({{.name = "rpm", .limit = 5, .period = 0s}}),
                     Catch::Contains("period"));

@@ -34,7 +34,8 @@ void queue_admit(queue_impl* q, submit_op_base* op);
 void queue_cancel(queue_impl* q, submit_op_base* op);
 
 struct submit_op_base {
-  enum class state : std::uint8_t { created, waiting, queued, in_flight, done };
+  // retry_wait: a failed attempt waits out its back-off before going back to its lane.
+  enum class state : std::uint8_t { created, waiting, queued, in_flight, retry_wait, done };
 
   submit_op_base(Request r, SubmitOptions o) : request(std::move(r)), options(std::move(o)) {}
   submit_op_base(const submit_op_base&) = delete;
@@ -58,7 +59,11 @@ struct submit_op_base {
   state st = state::created;
   bool cancel_requested = false;
   bool timed_out = false;
+  std::uint8_t attempts = 0;        // provider calls made (RetryPolicy::max_attempts <= 100)
   std::uint32_t lane = 0;
+  std::int32_t prompt_tokens = 0;   // prompt estimate, made once at admission
+  // Queued: the scheduler's id (for remove). Taken by a worker: the scheduler's seq, so a retry
+  // goes back to its original place.
   std::uint64_t sched_id = 0;
   Metrics::ClientRef client_ref{};
   std::chrono::steady_clock::time_point submitted_at{};

@@ -1,0 +1,158 @@
+// B3 rate accuracy (DESIGN.md), in real time with the SimulatedProvider.
+//   burst | smooth: limit 600 RPM expressed as 50 per 5 s, 400 requests backlogged, 20 s run;
+//                   reports the most starts in any sliding 5 s and 1 s window and the total.
+//   tokens:         5,000 tokens per 5 s; requests reserve a short prompt + max_tokens 180 and
+//                   actually use 20..180 tokens (uniform); 20 s run; reports the most actual
+//                   tokens in any sliding 5 s window and the total (ideal 20,000).
+// B3_SECONDS overrides the run length (for a quick look; the figures are defined for 20 s).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "laneq/laneq.hpp"
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct Start {
+  steady::time_point at;
+  std::int64_t tokens;  // actual usage, known when the call completes
+};
+
+// Stamps each call as it reaches the provider and the usage it reports.
+class StampingProvider final : public laneq::Provider {
+ public:
+  explicit StampingProvider(laneq::SimulatedProviderConfig c) : inner_(std::move(c)) {}
+  void async_call(const laneq::Request& r, laneq::CallContext ctx,
+                  laneq::CallCompletion done) noexcept override {
+    std::size_t i;
+    {
+      std::lock_guard lock(mu_);
+      i = starts_.size();
+      starts_.push_back({steady::now(), 0});
+    }
+    inner_.async_call(r, std::move(ctx),
+                      laneq::CallCompletion([this, i, done = std::move(done)](
+                                                std::error_code ec, laneq::Response resp) mutable {
+                        {
+                          std::lock_guard lock(mu_);
+                          starts_[i].tokens = resp.usage.total();
+                        }
+                        done(ec, std::move(resp));
+                      }));
+  }
+  const char* name() const noexcept override { return "stamping"; }
+  std::vector<Start> starts() {
+    std::lock_guard lock(mu_);
+    return starts_;
+  }
+
+ private:
+  laneq::SimulatedProvider inner_;
+  std::mutex mu_;
+  std::vector<Start> starts_;
+};
+
+// The largest sum of `weight(start)` over starts inside any window [t, t + w).
+template <class Weight>
+std::int64_t max_window(const std::vector<Start>& s, steady::duration w, Weight weight) {
+  std::int64_t best = 0, sum = 0;
+  for (std::size_t i = 0, j = 0; j < s.size(); ++j) {
+    sum += weight(s[j]);
+    while (s[j].at - s[i].at >= w) sum -= weight(s[i++]);
+    best = std::max(best, sum);
+  }
+  return best;
+}
+
+int run(const std::string& mode, std::chrono::milliseconds length) {
+  const bool tokens = mode == "tokens";
+  laneq::SimulatedProviderConfig pc{.latency = 20ms, .jitter = 20ms};
+  if (tokens)
+    pc.usage_fn = [](const laneq::Request&, std::mt19937_64& rng) {
+      // 20..180 in all: a 10-token prompt and 10..170 completion tokens
+      return laneq::Usage{10, std::uniform_int_distribution<std::int64_t>(10, 170)(rng)};
+    };
+  StampingProvider provider(pc);
+  laneq::QueueConfig cfg{.workers = 8};
+  if (tokens)
+    cfg.rate_limits = {.tokens = 5000, .period = 5s};
+  else
+    cfg.rate_limits = {.requests = 50, .period = 5s, .smooth = mode == "smooth"};
+
+  asio::io_context io;
+  laneq::RequestQueue queue(io.get_executor(), provider, cfg);
+  queue.start();
+  const auto t0 = steady::now();
+  for (int i = 0; i < 400; ++i) {
+    laneq::Request req{.model = "sim", .messages = {{"user", "Summarize item " + std::to_string(i)}},
+                       .max_tokens = tokens ? 180 : 64};
+    queue.async_submit(std::move(req), {.priority = laneq::Priority::low},
+                       [](std::error_code, laneq::Response) {});
+  }
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(io, t0 + length);
+        co_await t.async_wait(asio::use_awaitable);
+        co_await queue.shutdown({.drain = false});  // the backlog fails; in-flight calls finish
+      },
+      asio::detached);
+  io.run();
+
+  std::vector<Start> s;
+  for (const auto& st : provider.starts())
+    if (st.at < t0 + length) s.push_back(st);
+  std::sort(s.begin(), s.end(), [](const Start& a, const Start& b) { return a.at < b.at; });
+  const auto secs = std::chrono::duration<double>(length).count();
+  // The ideal: a full budget at t0, 5 s, 10 s, 15 s (200 requests / 20,000 tokens in 20 s).
+  const auto windows = static_cast<long long>(std::ceil(secs / 5));
+  if (tokens) {
+    const auto tok = [](const Start& x) { return x.tokens; };
+    std::int64_t total = 0;
+    for (const auto& x : s) total += x.tokens;
+    std::printf(
+        "{\"bench\":\"B3\",\"mode\":\"tokens\",\"max_window_tokens\":%lld,\"total_tokens\":%lld,"
+        "\"ideal_tokens\":%lld,\"requests\":%zu,\"seconds\":%.0f}\n",
+        static_cast<long long>(max_window(s, 5s, tok)), static_cast<long long>(total),
+        static_cast<long long>(5000 * windows), s.size(), secs);
+  } else {
+    const auto one = [](const Start&) { return std::int64_t{1}; };
+    std::printf(
+        "{\"bench\":\"B3\",\"mode\":\"%s\",\"max_window\":%lld,\"max_1s\":%lld,\"total\":%zu,"
+        "\"ideal\":%lld,\"limit\":50,\"window_s\":5,\"seconds\":%.0f}\n",
+        mode.c_str(), static_cast<long long>(max_window(s, 5s, one)),
+        static_cast<long long>(max_window(s, 1s, one)), s.size(),
+        static_cast<long long>(50 * windows), secs);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "burst";
+  if (mode != "burst" && mode != "smooth" && mode != "tokens") {
+    std::fprintf(stderr, "usage: b3_rate burst|smooth|tokens\n");
+    return 2;
+  }
+  std::chrono::milliseconds length = 20s;
+  if (const char* e = std::getenv("B3_SECONDS"); e && std::atof(e) > 0)
+    length = std::chrono::milliseconds(static_cast<long long>(std::atof(e) * 1000));
+  return run(mode, length);
+}

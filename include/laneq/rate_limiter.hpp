@@ -1,0 +1,142 @@
+#pragma once
+// RateLimiter: the async face of RateBudgets. `co_await limiter.acquire(cost)` completes when
+// every budget allows the cost; the queue's workers await it before each call.
+//
+// Waiting policy: strict head of line. Waiters are served in (priority, arrival) order and only
+// the head may be granted: a later, smaller request never barges past a large one that waits
+// for its tokens, so nothing starves. Priority is the lane's (lower = sooner), so a critical
+// request that reaches the limiter waits behind no batch request. One timer, armed for exactly
+// the head's ready time: no polling, no wake-up that cannot grant.
+//
+// Thread-safe: any thread may call any member. Completions run on the handler's associated
+// executor, never inline. Cancellation (the handler's slot, any type) removes a waiter and
+// completes it with asio::error::operation_aborted; emit it on the handler's executor, as Asio
+// requires for every operation.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/execution/outstanding_work.hpp>
+#include <asio/prefer.hpp>
+#include <asio/post.hpp>
+
+#include "laneq/detail/unique_function.hpp"
+#include "laneq/metrics.hpp"
+#include "laneq/request.hpp"
+
+namespace laneq {
+
+// Budgets per `period`; 0 = no such budget. All zero = no budgets: only server pauses apply.
+struct RateLimits {
+  std::int64_t requests = 0;       // requests per period (RPM with the default period)
+  std::int64_t tokens = 0;         // input + output tokens per period (TPM)
+  std::int64_t input_tokens = 0;   // Anthropic's separate input-tokens budget (ITPM)
+  std::int64_t output_tokens = 0;  // Anthropic's separate output-tokens budget (OTPM)
+  std::chrono::nanoseconds period = std::chrono::minutes(1);
+  bool smooth = false;             // space starts period / limit apart (no bursts)
+  // Adopt the limits the server reports (x-ratelimit-limit-*, anthropic-ratelimit-*-limit, per
+  // minute, scaled to `period`), up or down. Off: the configured limits stand; the server can
+  // only lower what remains.
+  bool adopt_server_limits = false;
+
+  bool empty() const noexcept {
+    return requests == 0 && tokens == 0 && input_tokens == 0 && output_tokens == 0;
+  }
+};
+
+// What one call costs. `tokens` budgets are charged input + output.
+struct RateCost {
+  std::int64_t requests = 1;
+  std::int64_t input_tokens = 0;
+  std::int64_t output_tokens = 0;
+};
+
+namespace detail {
+struct limiter_state;
+}
+
+class RateLimiter {
+ public:
+  using executor_type = asio::any_io_executor;
+  using Ticket = std::uint64_t;  // identifies a grant for reconcile(); 0 = none
+  using Completion = detail::unique_function<void(std::error_code, Ticket)>;
+
+  // Throws std::system_error(errc::invalid_config) naming the bad field (negative limit,
+  // period <= 0).
+  RateLimiter(executor_type ex, RateLimits limits, std::string name = "default");
+  ~RateLimiter();
+  RateLimiter(const RateLimiter&) = delete;
+  RateLimiter& operator=(const RateLimiter&) = delete;
+
+  // Completes with void(std::error_code, Ticket) once every budget allows `cost`. Errors:
+  // errc::exceeds_rate_limit (the cost exceeds a budget's whole limit: it could never be
+  // granted), asio::error::operation_aborted (cancelled). A limiter destroyed while requests
+  // wait drops them without calling them: destroy it after its io_context stopped running.
+  template <class CompletionToken>
+  auto async_acquire(RateCost cost, int priority, CompletionToken&& token) {
+    return asio::async_initiate<CompletionToken, void(std::error_code, Ticket)>(
+        [this](auto handler, RateCost c, int p) {
+          auto slot = asio::get_associated_cancellation_slot(handler);
+          // Tracked: the handler's context stays busy while the request waits.
+          executor_type ex = asio::prefer(asio::get_associated_executor(handler, executor_),
+                                          asio::execution::outstanding_work.tracked);
+          initiate(c, p, slot,
+                   Completion([h = std::move(handler), ex = std::move(ex), slot](
+                                  std::error_code ec, Ticket t) mutable {
+                     auto target = std::move(ex);
+                     asio::post(target, [h = std::move(h), slot, ec, t]() mutable {
+                       if (slot.is_connected()) slot.clear();  // on the handler's executor
+                       std::move(h)(ec, t);
+                     });
+                   }));
+        },
+        token, cost, priority);
+  }
+
+  // Coroutine convenience: throws std::system_error on failure.
+  asio::awaitable<Ticket> acquire(RateCost cost, int priority = 0);
+
+  // Grants at once if nobody waits and every budget allows; 0 otherwise (then use acquire).
+  Ticket try_acquire(RateCost cost);
+
+  // Whether `cost` fits every budget's whole limit (false: it could never be granted).
+  bool fits(RateCost cost) const;
+
+  // The call is over: charge `actual` instead of `estimate` (refund or extra charge; an extra
+  // charge beyond the limit is debt that later grants wait out). A call that never happened:
+  // reconcile with actual = {0, 0, 0}.
+  void reconcile(Ticket ticket, RateCost estimate, RateCost actual);
+
+  // The server's view from a response's rate-limit headers: lowers what remains (a bucket at 0
+  // pauses until its reset), and with adopt_server_limits takes over its limits.
+  void observe(const Headers& headers);
+
+  // Holds every grant for `d` from now (a 429 / 529): one pause for all waiters.
+  void pause_for(std::chrono::nanoseconds d);
+
+  // New limits at runtime. Changing a budget's limit or the period keeps what was spent;
+  // adding or removing a budget (0 <-> non-zero) or switching smooth starts all budgets
+  // afresh (nothing spent). Throws like the constructor.
+  void set_limits(RateLimits limits);
+  RateLimits limits() const;
+
+  LimiterSnapshot snapshot() const;
+  const std::string& name() const noexcept;
+  executor_type get_executor() const noexcept { return executor_; }
+
+ private:
+  void initiate(RateCost cost, int priority, asio::cancellation_slot slot, Completion done);
+
+  executor_type executor_;
+  std::shared_ptr<detail::limiter_state> state_;
+};
+
+}  // namespace laneq

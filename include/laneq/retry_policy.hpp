@@ -1,0 +1,56 @@
+#pragma once
+// Retry policy: which failed calls are tried again, and after how long. Pure logic (no Asio, no
+// clock, no RNG of its own: the caller passes a uniform random number), so every rule is tested
+// deterministically.
+//
+// Rules, in order:
+//   1. local outcomes (cancelled, shutting_down, a queue deadline) are never retried;
+//   2. an `x-should-retry: true|false` header is the server's explicit word and wins;
+//   3. provider errors that can never succeed as sent are not retried: quota_exceeded,
+//      request_too_large, auth, bad_request, malformed_response, exceeds_rate_limit;
+//   4. HTTP 408, 409, 429 and 500-599 (incl. 529) are retried; other statuses are not;
+//   5. without a status, connection failures (network) and provider timeouts are retried.
+// The queue's own deadline is checked before this (a request past it is never retried); an
+// errc::timeout reaching this function is the provider's (e.g. a connect timeout).
+// Delay: `retry-after-ms` / `retry-after` when the server sent one (up to max_retry_after;
+// beyond it the request fails rather than hold a worker's place for minutes), else for a 429
+// the reset time of an exhausted rate-limit bucket, else exponential backoff with full jitter:
+// uniform [0, min(max_delay, base_delay * 2^(attempt-1))).
+#include <chrono>
+#include <cstdint>
+#include <system_error>
+
+#include "laneq/rate_limit_headers.hpp"
+#include "laneq/request.hpp"
+
+namespace laneq {
+
+struct RetryPolicy {
+  // Attempts in all, the first included; 1 = never retry. Default 3, like the official SDKs'
+  // two retries.
+  std::uint32_t max_attempts = 3;
+  std::chrono::milliseconds base_delay{500};
+  std::chrono::milliseconds max_delay{8000};
+  std::chrono::milliseconds max_retry_after{60'000};
+};
+
+struct RetryDecision {
+  bool retry = false;
+  std::chrono::nanoseconds delay{0};
+  // The provider's whole budget is exhausted (429 rate limit, 529/503 overloaded): every worker
+  // should hold off for `delay`, not just this request.
+  bool pause_all = false;
+  bool from_server = false;  // delay came from retry-after / a reset header
+};
+
+// Whether `ec` (+ HTTP status and the server's x-should-retry) is worth another attempt,
+// ignoring the attempt count.
+bool is_retryable(std::error_code ec, int status, std::optional<bool> should_retry) noexcept;
+
+// `attempts` = attempts made so far (>= 1). `uniform01` in [0, 1) drives the jitter. `delay` and
+// `pause_all` are filled even when `retry` is false: a 429 that is not retried (attempts used
+// up, or the server said x-should-retry: false) still tells every other request to hold off.
+RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, std::error_code ec,
+                           int status, const RateLimitInfo& info, double uniform01) noexcept;
+
+}  // namespace laneq

@@ -1,0 +1,398 @@
+#include "laneq/rate_limiter.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <asio/error.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "laneq/error.hpp"
+#include "laneq/rate_budget.hpp"
+#include "laneq/rate_limit_headers.hpp"
+
+namespace laneq {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+constexpr auto never = steady::time_point::max();
+
+// The four budget kinds, in RateLimits order.
+enum kind : std::size_t { k_requests, k_tokens, k_input, k_output, k_count };
+constexpr std::array<const char*, k_count> kind_names = {"requests", "tokens", "input_tokens",
+                                                         "output_tokens"};
+
+std::array<std::int64_t, k_count> limits_of(const RateLimits& l) {
+  return {l.requests, l.tokens, l.input_tokens, l.output_tokens};
+}
+
+std::int64_t& limit_field(RateLimits& l, kind k) {
+  switch (k) {
+    case k_tokens: return l.tokens;
+    case k_input: return l.input_tokens;
+    case k_output: return l.output_tokens;
+    default: return l.requests;
+  }
+}
+
+std::int64_t cost_of(kind k, const RateCost& c) {
+  switch (k) {
+    case k_requests: return c.requests;
+    case k_tokens: return c.input_tokens + c.output_tokens;
+    case k_input: return c.input_tokens;
+    case k_output: return c.output_tokens;
+    default: return 0;
+  }
+}
+
+void validate(const RateLimits& l, const std::string& name) {
+  const auto limits = limits_of(l);
+  for (std::size_t k = 0; k < k_count; ++k)
+    if (limits[k] < 0)
+      throw std::system_error(make_error_code(errc::invalid_config),
+                              "RateLimits::" + std::string(kind_names[k]) + " must be >= 0 (got " +
+                                  std::to_string(limits[k]) + ", limiter \"" + name + "\")");
+  if (l.period.count() <= 0)
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            "RateLimits::period must be > 0 (limiter \"" + name + "\")");
+}
+
+}  // namespace
+
+namespace detail {
+
+struct limiter_state : std::enable_shared_from_this<limiter_state> {
+  using key = std::pair<int, std::uint64_t>;  // (priority, arrival)
+  struct waiter {
+    RateCost cost;
+    RateLimiter::Completion done;
+  };
+  using ready_list = std::vector<std::pair<RateLimiter::Completion, std::pair<std::error_code,
+                                                                              RateLimiter::Ticket>>>;
+
+  limiter_state(asio::any_io_executor ex, RateLimits l, std::string n)
+      : name(std::move(n)), limits(l), budgets(specs_for(l)), timer(std::move(ex)) {}
+
+  std::vector<BudgetSpec> specs_for(const RateLimits& l) {
+    std::vector<BudgetSpec> specs;
+    index.fill(npos);
+    const auto lims = limits_of(l);
+    for (std::size_t k = 0; k < k_count; ++k) {
+      if (lims[k] == 0) continue;
+      index[k] = specs.size();
+      specs.push_back({.name = kind_names[k], .limit = lims[k], .period = l.period,
+                       .smooth = l.smooth});
+    }
+    return specs;
+  }
+
+  std::vector<std::int64_t> costs(const RateCost& c) const {
+    std::vector<std::int64_t> out(budgets.size(), 0);
+    for (std::size_t k = 0; k < k_count; ++k)
+      if (index[k] != npos) out[index[k]] = cost_of(static_cast<kind>(k), c);
+    return out;
+  }
+
+  // Grants from the head while possible; arms the timer for the head's ready time. Completions
+  // are collected and run by the caller after unlocking (they post; never under our lock).
+  void service(ready_list& ready) {
+    const auto now = steady::now();
+    while (!waiters.empty()) {
+      auto it = waiters.begin();
+      const auto g = budgets.try_acquire(costs(it->second.cost), now);
+      if (!g.granted && !g.never) {
+        arm(g.ready_at);
+        return;
+      }
+      if (g.granted) ++granted;
+      ready.emplace_back(std::move(it->second.done),
+                         std::pair{g.never ? make_error_code(errc::exceeds_rate_limit)
+                                           : std::error_code{},
+                                   g.ticket});
+      waiters.erase(it);
+    }
+    disarm();
+  }
+
+  void arm(steady::time_point at) {
+    if (at == armed_at) return;  // already set for exactly this time
+    armed_at = at;
+    timer.expires_at(at);
+    timer.async_wait([self = shared_from_this(), gen = ++generation](std::error_code ec) {
+      if (ec) return;
+      ready_list ready;
+      {
+        std::lock_guard lock(self->mu);
+        if (gen != self->generation) return;  // re-armed after this wait fired
+        self->armed_at = never;
+        self->service(ready);
+      }
+      run(ready);
+    });
+  }
+
+  void disarm() {
+    if (armed_at == never) return;
+    armed_at = never;
+    ++generation;
+    timer.cancel();  // lets io_context::run() return when nobody waits
+  }
+
+  // Holds every grant for `d` (clamped to a day: a server's absurd value must not overflow).
+  void pause(std::chrono::nanoseconds d) {
+    const auto now = steady::now();
+    d = std::min<std::chrono::nanoseconds>(d, std::chrono::hours(24));
+    if (budgets.paused_until() <= now) ++pauses;  // a new pause, not N workers' echoes of one
+    budgets.pause_until(now + std::chrono::duration_cast<Duration>(d));
+  }
+
+  // Grants `c` now if every budget allows: the ticket, or 0.
+  RateLimiter::Ticket grant_now(const std::vector<std::int64_t>& c) {
+    const auto g = budgets.try_acquire(c, steady::now());
+    if (!g.granted) return 0;
+    ++granted;
+    return g.ticket;
+  }
+
+  static void run(ready_list& ready) {
+    for (auto& [done, result] : ready) done(result.first, result.second);
+  }
+
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  mutable std::mutex mu;
+  std::string name;
+  RateLimits limits;
+  std::array<std::size_t, k_count> index{};  // kind -> budget index, npos = none
+  RateBudgets budgets;
+  std::map<key, waiter> waiters;
+  std::uint64_t next_arrival = 0;
+  std::uint64_t granted = 0;
+  std::uint64_t pauses = 0;
+  asio::steady_timer timer;
+  steady::time_point armed_at = never;
+  std::uint64_t generation = 0;
+};
+
+}  // namespace detail
+
+namespace {
+
+struct canceller {
+  std::weak_ptr<detail::limiter_state> state;
+  detail::limiter_state::key key;
+
+  void operator()(asio::cancellation_type type) const {
+    if ((type & asio::cancellation_type::all) == asio::cancellation_type::none) return;
+    auto s = state.lock();
+    if (!s) return;
+    detail::limiter_state::ready_list ready;
+    RateLimiter::Completion done;
+    {
+      std::lock_guard lock(s->mu);
+      auto it = s->waiters.find(key);
+      if (it == s->waiters.end()) return;  // granted already; its completion is on its way
+      const bool was_head = it == s->waiters.begin();
+      done = std::move(it->second.done);
+      s->waiters.erase(it);
+      if (was_head) s->service(ready);  // the next head may be ready sooner
+    }
+    done(asio::error::operation_aborted, 0);
+    detail::limiter_state::run(ready);
+  }
+};
+
+}  // namespace
+
+RateLimiter::RateLimiter(executor_type ex, RateLimits limits, std::string name)
+    : executor_(ex) {
+  validate(limits, name);
+  state_ = std::make_shared<detail::limiter_state>(ex, limits, std::move(name));
+}
+
+RateLimiter::~RateLimiter() {
+  std::map<detail::limiter_state::key, detail::limiter_state::waiter> dropped;
+  {
+    std::lock_guard lock(state_->mu);
+    dropped.swap(state_->waiters);
+    state_->disarm();
+  }
+  // `dropped` goes here, outside the lock: a handler's destructor may call back into us.
+}
+
+void RateLimiter::initiate(RateCost cost, int priority, asio::cancellation_slot slot,
+                           Completion done) {
+  auto& s = *state_;
+  detail::limiter_state::ready_list ready;
+  {
+    std::lock_guard lock(s.mu);
+    const auto c = s.costs(cost);
+    if (!s.budgets.fits(c)) {
+      ready.emplace_back(std::move(done),
+                         std::pair{make_error_code(errc::exceeds_rate_limit), Ticket{0}});
+    } else if (const auto t = s.waiters.empty() ? s.grant_now(c) : Ticket{0}; t != 0) {
+      ready.emplace_back(std::move(done), std::pair{std::error_code{}, t});
+    } else {
+      const detail::limiter_state::key key{priority, s.next_arrival++};
+      s.waiters.emplace(key, detail::limiter_state::waiter{cost, std::move(done)});
+      if (slot.is_connected()) slot.emplace<canceller>(canceller{state_, key});
+      if (s.waiters.begin()->first == key) s.service(ready);
+    }
+  }
+  detail::limiter_state::run(ready);
+}
+
+asio::awaitable<RateLimiter::Ticket> RateLimiter::acquire(RateCost cost, int priority) {
+  auto [ec, t] =
+      co_await async_acquire(cost, priority, asio::experimental::as_tuple(asio::use_awaitable));
+  if (ec) throw std::system_error(ec);
+  co_return t;
+}
+
+RateLimiter::Ticket RateLimiter::try_acquire(RateCost cost) {
+  auto& s = *state_;
+  std::lock_guard lock(s.mu);
+  if (!s.waiters.empty()) return 0;  // no barging past waiters
+  return s.grant_now(s.costs(cost));
+}
+
+bool RateLimiter::fits(RateCost cost) const {
+  auto& s = *state_;
+  std::lock_guard lock(s.mu);
+  return s.budgets.fits(s.costs(cost));
+}
+
+void RateLimiter::reconcile(Ticket ticket, RateCost estimate, RateCost actual) {
+  if (ticket == 0) return;
+  auto& s = *state_;
+  detail::limiter_state::ready_list ready;
+  {
+    std::lock_guard lock(s.mu);
+    const auto now = steady::now();
+    bool refunded = false;
+    for (std::size_t k = 0; k < k_count; ++k) {
+      if (s.index[k] == detail::limiter_state::npos) continue;
+      const auto e = cost_of(static_cast<kind>(k), estimate);
+      const auto a = cost_of(static_cast<kind>(k), actual);
+      if (e == a) continue;
+      s.budgets.reconcile(ticket, s.index[k], e, a, now);
+      refunded = refunded || a < e;
+    }
+    if (refunded) s.service(ready);  // the head may fit sooner now
+  }
+  detail::limiter_state::run(ready);
+}
+
+void RateLimiter::observe(const Headers& headers) {
+  if (headers.empty()) return;
+  const auto info = parse_rate_limit_headers(headers, std::chrono::system_clock::now());
+  auto& s = *state_;
+  detail::limiter_state::ready_list ready;
+  {
+    std::lock_guard lock(s.mu);
+    const auto now = steady::now();
+    const std::array<const RateLimitInfo::Bucket*, k_count> buckets = {
+        &info.requests, &info.tokens, &info.input_tokens, &info.output_tokens};
+    const bool per_minute = s.limits.period == std::chrono::minutes(1);
+    for (std::size_t k = 0; k < k_count; ++k) {
+      const auto i = s.index[k];
+      const auto& b = *buckets[k];
+      // Exhausted, budget or not: nothing more until the server's reset.
+      if (b.remaining && *b.remaining == 0 && b.reset_after && b.reset_after->count() > 0)
+        s.pause(*b.reset_after);
+      if (i == detail::limiter_state::npos) continue;
+      if (s.limits.adopt_server_limits && b.limit && *b.limit > 0) {
+        // Providers state limits per minute; our budget counts per `period`.
+        const auto scaled = std::max<std::int64_t>(
+            1, static_cast<std::int64_t>(static_cast<long double>(*b.limit) *
+                                         s.limits.period.count() /
+                                         std::chrono::nanoseconds(std::chrono::minutes(1)).count()));
+        if (scaled != s.budgets.spec(i).limit) {
+          s.budgets.set_limit(i, scaled, s.limits.period);
+          limit_field(s.limits, static_cast<kind>(k)) = scaled;
+        }
+      }
+      // `remaining` counts the server's minute; it only compares with a per-minute budget.
+      if (b.remaining && *b.remaining > 0 && per_minute)
+        s.budgets.lower_remaining(i, *b.remaining, now);
+    }
+    s.service(ready);  // re-arm for what changed (a raised limit may grant at once)
+  }
+  detail::limiter_state::run(ready);
+}
+
+void RateLimiter::pause_for(std::chrono::nanoseconds d) {
+  if (d.count() <= 0) return;
+  auto& s = *state_;
+  detail::limiter_state::ready_list ready;
+  {
+    std::lock_guard lock(s.mu);
+    s.pause(d);
+    // Re-arm for the new ready time. A head that became ready before the pause (its timer not
+    // run yet) may be granted here: run it, never drop it.
+    s.service(ready);
+  }
+  detail::limiter_state::run(ready);
+}
+
+void RateLimiter::set_limits(RateLimits limits) {
+  auto& s = *state_;
+  validate(limits, s.name);
+  detail::limiter_state::ready_list ready;
+  {
+    std::lock_guard lock(s.mu);
+    const auto old = limits_of(s.limits), now_l = limits_of(limits);
+    bool same_shape = limits.smooth == s.limits.smooth;
+    for (std::size_t k = 0; k < k_count; ++k) same_shape = same_shape && ((old[k] == 0) == (now_l[k] == 0));
+    if (same_shape) {
+      for (std::size_t k = 0; k < k_count; ++k)
+        if (s.index[k] != detail::limiter_state::npos)
+          s.budgets.set_limit(s.index[k], now_l[k], limits.period);
+    } else {
+      const auto paused = s.budgets.paused_until();
+      s.budgets = RateBudgets(s.specs_for(limits), s.budgets.next_ticket());
+      s.budgets.pause_until(paused);
+    }
+    s.limits = limits;
+    s.service(ready);  // grants, or exceeds_rate_limit for waiters that can never fit now
+  }
+  detail::limiter_state::run(ready);
+}
+
+RateLimits RateLimiter::limits() const {
+  std::lock_guard lock(state_->mu);
+  return state_->limits;
+}
+
+LimiterSnapshot RateLimiter::snapshot() const {
+  auto& s = *state_;
+  std::lock_guard lock(s.mu);
+  const auto now = steady::now();
+  LimiterSnapshot out;
+  out.name = s.name;
+  for (std::size_t i = 0; i < s.budgets.size(); ++i) {
+    const auto& spec = s.budgets.spec(i);
+    out.budgets.push_back({.name = spec.name,
+                           .limit = spec.limit,
+                           .period_s = std::chrono::duration<double>(spec.period).count(),
+                           .available = s.budgets.available(i, now)});
+  }
+  out.waiting = s.waiters.size();
+  out.granted = s.granted;
+  out.pauses = s.pauses;
+  const auto paused = s.budgets.paused_until();
+  out.paused_for_s = paused > now ? std::chrono::duration<double>(paused - now).count() : 0.0;
+  return out;
+}
+
+const std::string& RateLimiter::name() const noexcept { return state_->name; }
+
+}  // namespace laneq

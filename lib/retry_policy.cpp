@@ -1,0 +1,72 @@
+#include "laneq/retry_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "laneq/error.hpp"
+
+namespace laneq {
+
+namespace {
+
+bool is_laneq(std::error_code ec, errc e) noexcept { return ec == make_error_code(e); }
+
+bool never_retried(std::error_code ec) noexcept {
+  for (errc e : {errc::cancelled, errc::shutting_down, errc::quota_exceeded,
+                 errc::request_too_large, errc::auth, errc::bad_request,
+                 errc::malformed_response, errc::exceeds_rate_limit, errc::unknown_lane,
+                 errc::invalid_config, errc::internal})
+    if (is_laneq(ec, e)) return true;
+  return false;
+}
+
+}  // namespace
+
+bool is_retryable(std::error_code ec, int status, std::optional<bool> should_retry) noexcept {
+  if (!ec) return false;
+  if (is_laneq(ec, errc::cancelled) || is_laneq(ec, errc::shutting_down)) return false;
+  if (should_retry) return *should_retry;
+  if (never_retried(ec)) return false;
+  if (status != 0)
+    return status == 408 || status == 409 || status == 429 || (status >= 500 && status <= 599);
+  return is_laneq(ec, errc::network) || is_laneq(ec, errc::timeout) ||
+         is_laneq(ec, errc::rate_limited) || is_laneq(ec, errc::overloaded) ||
+         is_laneq(ec, errc::server_error);
+}
+
+RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, std::error_code ec,
+                           int status, const RateLimitInfo& info, double uniform01) noexcept {
+  using std::chrono::nanoseconds;
+  RetryDecision d;
+  const bool rate_limited = status == 429 || (status == 0 && is_laneq(ec, errc::rate_limited));
+  // A billing or size error in a 429 is not a rate limit: it must not hold everyone else.
+  const bool not_a_limit = is_laneq(ec, errc::quota_exceeded) || is_laneq(ec, errc::request_too_large);
+  d.pause_all = !not_a_limit && (rate_limited || status == 529 || is_laneq(ec, errc::overloaded));
+
+  if (info.retry_after) {
+    d.delay = *info.retry_after;
+    d.from_server = true;
+  } else if (rate_limited) {
+    // No retry-after: the reset of a bucket the server reports as exhausted.
+    for (const auto* b : {&info.requests, &info.tokens, &info.input_tokens, &info.output_tokens})
+      if (b->remaining && *b->remaining == 0 && b->reset_after) {
+        d.delay = std::max(d.delay, *b->reset_after);
+        d.from_server = true;
+      }
+  }
+  if (!d.from_server) {
+    // Full jitter: uniform [0, min(cap, base * 2^(attempts-1))).
+    const double base = static_cast<double>(nanoseconds(policy.base_delay).count());
+    const double cap = static_cast<double>(nanoseconds(policy.max_delay).count());
+    const double exp = std::min(cap, base * std::ldexp(1.0, static_cast<int>(
+                                                               std::clamp<std::uint32_t>(attempts, 1, 63)) - 1));
+    const double u = std::clamp(uniform01, 0.0, 1.0);
+    d.delay = nanoseconds(static_cast<nanoseconds::rep>(std::max(0.0, exp * u)));
+  }
+
+  d.retry = attempts < policy.max_attempts && is_retryable(ec, status, info.should_retry);
+  if (d.retry && d.from_server && d.delay > policy.max_retry_after) d.retry = false;
+  return d;
+}
+
+}  // namespace laneq

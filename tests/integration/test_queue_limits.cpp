@@ -1,0 +1,376 @@
+// RequestQueue with rate limits and retries: the SimulatedProvider answers scripted 429s / 5xx
+// with real header names; the tests assert what reached the provider and when.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "laneq/laneq.hpp"
+#include "support/recording_provider.hpp"
+#include "support/run.hpp"
+
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using laneq::errc;
+using laneq::Priority;
+using laneq::test::chat;
+using TimedProvider = laneq::test::RecordingProvider;
+using laneq::test::run;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+// Submits one request per text at once (callback tokens), then waits until all completed;
+// each must succeed. Returns the texts in completion order and each one's Response.
+asio::awaitable<std::vector<std::pair<std::string, laneq::Response>>> submit_all(
+    laneq::RequestQueue& queue, std::vector<std::string> texts) {
+  std::vector<std::pair<std::string, laneq::Response>> done;
+  for (const auto& text : texts)
+    queue.async_submit(chat(text), {}, [&done, text](std::error_code ec, laneq::Response r) {
+      CHECK_FALSE(ec);
+      done.emplace_back(text, std::move(r));
+    });
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  while (done.size() < texts.size()) {
+    t.expires_after(5ms);
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  co_return done;
+}
+
+std::vector<std::string> numbered(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back("r" + std::to_string(i));
+  return out;
+}
+
+// The most starts inside any window of length `w` (times sorted).
+std::size_t max_in_window(std::vector<steady::time_point> t, steady::duration w) {
+  std::sort(t.begin(), t.end());
+  std::size_t best = 0;
+  for (std::size_t i = 0, j = 0; j < t.size(); ++j) {
+    while (t[j] - t[i] >= w) ++i;
+    best = std::max(best, j - i + 1);
+  }
+  return best;
+}
+
+laneq::Headers retry_after_ms(int ms) { return {{"retry-after-ms", std::to_string(ms)}}; }
+
+auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+
+}  // namespace
+
+TEST_CASE("a requests budget holds starts in every window", "[queue][limits]") {
+  asio::io_context io;
+  TimedProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 4, .rate_limits = {.requests = 5, .period = 400ms}});
+  queue.start();
+  const auto t0 = steady::now();
+  run(io, [&]() -> asio::awaitable<void> {
+    co_await submit_all(queue, numbered(15));
+    co_await queue.shutdown();
+  });
+  std::vector<steady::time_point> starts;
+  for (auto& [name, t] : provider.starts()) starts.push_back(t);
+  REQUIRE(starts.size() == 15);
+  // Grants are >= 400 ms apart per 5; the recorded times may jitter by a few ms, so the window
+  // checked is a little shorter (stricter for the limiter, not looser).
+  CHECK(max_in_window(starts, 380ms) <= 5);
+  CHECK(steady::now() - t0 >= 790ms);  // 15 at 5 per 400 ms: the third five at >= 800 ms
+  const auto snap = queue.metrics();
+  REQUIRE(snap.limiters.size() == 1);
+  CHECK(snap.limiters[0].name == "default");
+  REQUIRE(snap.limiters[0].budgets.size() == 1);
+  CHECK(snap.limiters[0].budgets[0].name == "requests");
+  CHECK(snap.limiters[0].budgets[0].limit == 5);
+  CHECK(snap.limiters[0].granted == 15);
+  CHECK(snap.total.limiter_wait.count == 15);
+  CHECK(snap.total.limiter_wait.max_ms >= 350);  // the later ones waited a window
+}
+
+TEST_CASE("a request that can never fit a budget fails at submit", "[queue][limits]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .rate_limits = {.tokens = 1000}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat("hi", 2000), {}, tuple_awaitable);
+    CHECK(ec == errc::exceeds_rate_limit);
+    CHECK_THAT(ec.message(), Catch::Contains("max_tokens"));
+    // max_tokens 0 reserves default_max_tokens (4096): too much for 1000 as well
+    auto [ec2, r2] = co_await queue.async_submit(chat("hi", 0), {}, tuple_awaitable);
+    CHECK(ec2 == errc::exceeds_rate_limit);
+    auto [ec3, r3] = co_await queue.async_submit(chat("hi", 500), {}, tuple_awaitable);
+    CHECK_FALSE(ec3);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 1);
+  CHECK(queue.metrics().total.rejected == 2);
+}
+
+TEST_CASE("a 429 with retry-after pauses every worker once and the request keeps its place",
+          "[queue][limits][retry]") {
+  asio::io_context io;
+  TimedProvider provider({.latency = 20ms});
+  provider.inner.script({.error = errc::rate_limited, .status = 429, .headers = retry_after_ms(300)});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .lanes = {{.priority = Priority::normal}}});
+  queue.start();
+  std::vector<std::string> resolved;
+  std::uint32_t attempts_a = 0;
+  run(io, [&]() -> asio::awaitable<void> {
+    std::vector<std::string> names{"A", "B", "C"};  // named: GCC 12 miscompiles a braced
+    const auto done = co_await submit_all(queue, std::move(names));  // temporary here
+    for (auto& [name, r] : done) {
+      resolved.push_back(name);
+      if (name == "A") attempts_a = r.attempts;
+    }
+    co_await queue.shutdown();
+  });
+  const auto seen = provider.starts();
+  REQUIRE(seen.size() == 4);
+  CHECK(provider.seen() == std::vector<std::string>{"A", "A", "B", "C"});
+  CHECK(resolved == std::vector<std::string>{"A", "B", "C"});
+  CHECK(attempts_a == 2);
+  // the 429 arrived ~20 ms after the first start; nothing started for 300 ms after it
+  CHECK(seen[1].second - seen[0].second >= 300ms);
+  const auto snap = queue.metrics();
+  CHECK(snap.total.rate_limited == 1);
+  CHECK(snap.total.retried == 1);
+  CHECK(snap.total.succeeded == 3);
+  CHECK(snap.limiters.at(0).pauses == 1);
+}
+
+TEST_CASE("a 429 pauses starts on all workers, not just the one that saw it",
+          "[queue][limits][retry]") {
+  asio::io_context io;
+  TimedProvider provider({.latency = 50ms});
+  provider.inner.script({.error = errc::rate_limited, .status = 429, .headers = retry_after_ms(300)});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 4});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    co_await submit_all(queue, numbered(8));
+    co_await queue.shutdown();
+  });
+  const auto seen = provider.starts();
+  REQUIRE(seen.size() == 9);  // 8 + the retry
+  // The first four start together; the 429 comes back ~50 ms later and holds everything else
+  // until ~350 ms.
+  const auto t0 = seen[0].second;
+  for (std::size_t i = 4; i < seen.size(); ++i) CHECK(seen[i].second - t0 >= 340ms);
+}
+
+TEST_CASE("retries stop at max_attempts and the final failure carries the provider's answer",
+          "[queue][retry]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  for (int i = 0; i < 5; ++i) provider.script({.error = errc::server_error, .status = 500});
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 2, .retry = {.max_attempts = 3, .base_delay = 1ms, .max_delay = 5ms}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(ec == errc::server_error);
+    CHECK(r.status == 500);
+    CHECK(r.attempts == 3);
+    CHECK_THAT(r.error_message, Catch::Contains("injected"));
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 3);
+  const auto snap = queue.metrics();
+  CHECK(snap.total.retried == 2);
+  CHECK(snap.total.failed == 1);
+  CHECK(snap.total.in_flight == 0);
+  CHECK(snap.total.depth == 0);
+}
+
+TEST_CASE("a retry that cannot finish before the deadline fails with timeout and the last error",
+          "[queue][retry]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  provider.script({.error = errc::overloaded, .status = 529, .headers = retry_after_ms(1000)});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    const auto t0 = steady::now();
+    auto [ec, r] = co_await queue.async_submit(chat(), {.timeout = 300ms}, tuple_awaitable);
+    CHECK(ec == errc::timeout);
+    CHECK(r.status == 529);
+    CHECK(r.attempts == 1);
+    CHECK(steady::now() - t0 < 250ms);  // fails at once instead of sleeping into the deadline
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 1);
+  CHECK(queue.metrics().total.expired == 1);
+}
+
+TEST_CASE("a retried request whose deadline passes while it waits to retry times out",
+          "[queue][retry]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 5ms});
+  for (int i = 0; i < 20; ++i) provider.script({.error = errc::server_error, .status = 502});
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 1, .retry = {.max_attempts = 20, .base_delay = 40ms, .max_delay = 40ms},
+       .random = [] { return 0.99; }});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat(), {.timeout = 200ms}, tuple_awaitable);
+    CHECK(ec == errc::timeout);
+    CHECK(r.status == 502);
+    CHECK(r.attempts >= 2);
+    CHECK(r.attempts <= 6);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() <= 6);
+}
+
+TEST_CASE("which failures are retried: status rule and x-should-retry", "[queue][retry]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.base_delay = 1ms, .max_delay = 1ms}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    // 400: never retried
+    provider.script({.error = errc::bad_request, .status = 400});
+    auto [e1, r1] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(e1 == errc::bad_request);
+    CHECK(r1.attempts == 1);
+    // 500 with x-should-retry: false: not retried
+    provider.script({.error = errc::server_error, .status = 500, .headers = {{"x-should-retry", "false"}}});
+    auto [e2, r2] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(e2 == errc::server_error);
+    CHECK(r2.attempts == 1);
+    // 400 with x-should-retry: true: retried, then succeeds
+    provider.script({.error = errc::bad_request, .status = 400, .headers = {{"X-Should-Retry", "true"}}});
+    auto [e3, r3] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK_FALSE(e3);
+    CHECK(r3.attempts == 2);
+    // insufficient quota is a 429 that must not be retried
+    provider.script({.error = errc::quota_exceeded, .status = 429});
+    auto [e4, r4] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(e4 == errc::quota_exceeded);
+    CHECK(r4.attempts == 1);
+    // a connection failure (no HTTP status) is retried
+    provider.script({.error = errc::network, .status = 0});
+    auto [e5, r5] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK_FALSE(e5);
+    CHECK(r5.attempts == 2);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 7);
+}
+
+TEST_CASE("reconciliation returns unused tokens so later requests need not wait",
+          "[queue][limits]") {
+  asio::io_context io;
+  // Each request reserves ~400 tokens (max_tokens 400 + a tiny prompt) but uses 20.
+  laneq::SimulatedProvider provider({.output_tokens = 10});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .rate_limits = {.tokens = 1000, .period = 2s}});
+  queue.start();
+  const auto t0 = steady::now();
+  run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 20; ++i) {
+      auto [ec, r] = co_await queue.async_submit(chat("x", 400), {}, tuple_awaitable);
+      CHECK_FALSE(ec);
+    }
+    co_await queue.shutdown();
+  });
+  // Without reconciliation 20 x ~410 tokens at 1000 per 2 s would take > 16 s.
+  CHECK(steady::now() - t0 < 1500ms);
+  const auto b = queue.limiter().snapshot().budgets.at(0);
+  CHECK(b.name == "tokens");
+  CHECK(b.available >= 1000 - 20 * 20);
+}
+
+TEST_CASE("per-model limits: a cheap model's budget is not the expensive model's",
+          "[queue][limits]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 2,
+       .rate_limits = {.requests = 100},
+       .model_rate_limits = {{"cheap", {.requests = 1, .period = 10s}}}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    laneq::Request cheap = chat();
+    cheap.model = "cheap";
+    auto [e1, r1] = co_await queue.async_submit(cheap, {}, tuple_awaitable);
+    CHECK_FALSE(e1);
+    // the second cheap request waits for its budget (10 s) and times out
+    auto [e2, r2] = co_await queue.async_submit(cheap, {.timeout = 150ms}, tuple_awaitable);
+    CHECK(e2 == errc::timeout);
+    // the default model is not held by the cheap one's budget
+    for (int i = 0; i < 5; ++i) {
+      auto [e, r] = co_await queue.async_submit(chat(), {.timeout = 150ms}, tuple_awaitable);
+      CHECK_FALSE(e);
+    }
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 6);
+  CHECK(&queue.limiter("cheap") != &queue.limiter());
+  CHECK(queue.limiter("cheap").name() == "cheap");
+  CHECK(&queue.limiter("unknown-model") == &queue.limiter());
+  const auto snap = queue.metrics();
+  REQUIRE(snap.limiters.size() == 2);
+  CHECK(snap.limiters[1].name == "cheap");
+  CHECK(snap.limiters[1].granted == 1);
+}
+
+TEST_CASE("cancelling a request that waits on the limiter releases its place",
+          "[queue][limits]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .rate_limits = {.requests = 1, .period = 10s}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [e1, r1] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK_FALSE(e1);
+    asio::steady_timer t(co_await asio::this_coro::executor, 100ms);
+    auto res = co_await (queue.async_submit(chat(), {}, tuple_awaitable) ||
+                         t.async_wait(asio::use_awaitable));
+    CHECK(res.index() == 1);  // the timer won: the submit was cancelled
+    CHECK(queue.limiter().snapshot().waiting == 0);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 1);
+  const auto snap = queue.metrics();
+  CHECK(snap.total.cancelled == 1);
+  CHECK(snap.total.in_flight == 0);
+}
+
+TEST_CASE("invalid retry and limit config is rejected naming the field", "[queue][limits]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  auto expect = [&](laneq::QueueConfig c, const char* what) {
+    try {
+      laneq::RequestQueue q(io.get_executor(), provider, std::move(c));
+      FAIL("accepted bad config: " << what);
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      CHECK_THAT(e.what(), Catch::Contains(what));
+    }
+  };
+  expect({.rate_limits = {.requests = -1}}, "requests");
+  expect({.rate_limits = {.tokens = 10, .period = 0s}}, "period");
+  expect({.model_rate_limits = {{"m", {.output_tokens = -5}}}}, "output_tokens");
+  expect({.model_rate_limits = {{"", {.requests = 5}}}}, "model");
+  expect({.retry = {.max_attempts = 0}}, "max_attempts");
+  expect({.retry = {.base_delay = -1ms}}, "delays");
+  expect({.default_max_tokens = -1}, "default_max_tokens");
+}
