@@ -24,6 +24,8 @@ bool never_retried(std::error_code ec) noexcept {
 
 bool is_retryable(std::error_code ec, int status, std::optional<bool> should_retry) noexcept {
   if (!ec) return false;
+  // An error inside a 200 stream (e.g. Anthropic's overloaded_error event): the code decides.
+  if (status >= 200 && status < 300) status = 0;
   if (is_laneq(ec, errc::cancelled) || is_laneq(ec, errc::shutting_down)) return false;
   if (should_retry) return *should_retry;
   if (never_retried(ec)) return false;
@@ -38,7 +40,9 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
                            int status, const RateLimitInfo& info, double uniform01) noexcept {
   using std::chrono::nanoseconds;
   RetryDecision d;
-  const bool rate_limited = status == 429 || (status == 0 && is_laneq(ec, errc::rate_limited));
+  const bool rate_limited =
+      status == 429 || ((status == 0 || (status >= 200 && status < 300)) &&
+                        is_laneq(ec, errc::rate_limited));
   // A billing or size error in a 429 is not a rate limit: it must not hold everyone else.
   const bool not_a_limit = is_laneq(ec, errc::quota_exceeded) || is_laneq(ec, errc::request_too_large);
   d.pause_all = !not_a_limit && (rate_limited || status == 529 || is_laneq(ec, errc::overloaded));

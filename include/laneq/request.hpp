@@ -2,8 +2,10 @@
 // What a caller submits (Request + SubmitOptions) and what it gets back (Response).
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -27,6 +29,9 @@ struct Request {
   std::int32_t max_tokens = 0;          // 0 = provider default
   bool stream = false;
   nlohmann::json extra = nullptr;       // extra JSON fields passed through to the provider body
+  // stream = true: called with each text delta as it arrives (on the transport's strand: keep
+  // it short, never block). The Response still carries the whole text at the end.
+  std::function<void(std::string_view)> on_delta{};
 };
 
 // How a request is scheduled. Designated initializers: {.priority = Priority::critical, ...}.

@@ -1,0 +1,38 @@
+#pragma once
+// AnthropicProvider: POST {base_url}/v1/messages with `x-api-key` and
+// `anthropic-version: 2023-06-01`, over any Transport (CurlTransport in production).
+#include <cstdint>
+#include <string>
+
+#include "laneq/provider.hpp"
+#include "laneq/transport.hpp"
+
+namespace laneq {
+
+struct AnthropicConfig {
+  std::string api_key{};        // "" = $ANTHROPIC_API_KEY
+  std::string base_url{};       // "" = $ANTHROPIC_BASE_URL, else https://api.anthropic.com
+  std::string version = "2023-06-01";
+  std::int32_t default_max_tokens = 4096;  // Anthropic requires max_tokens; used when 0
+  Headers extra_headers{};      // e.g. anthropic-beta
+};
+
+class AnthropicProvider final : public Provider {
+ public:
+  // Throws std::system_error(errc::invalid_config) when there is no API key and no custom
+  // base URL. The key never appears in errors or logs.
+  AnthropicProvider(Transport& transport, AnthropicConfig config = {});
+
+  void async_call(const Request& request, CallContext ctx, CallCompletion done) noexcept override;
+  const char* name() const noexcept override { return "anthropic"; }
+
+  const std::string& url() const noexcept { return url_; }
+
+ private:
+  Transport& transport_;
+  std::string url_;
+  Headers headers_;
+  std::int32_t default_max_tokens_;
+};
+
+}  // namespace laneq

@@ -1,0 +1,99 @@
+#pragma once
+// OpenAI Chat Completions wire format (POST /v1/chat/completions): the request body, the
+// response and error bodies, and the streamed chunks. Pure: no I/O; the HTTP provider wraps it.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "laneq/request.hpp"
+#include "laneq/sse.hpp"
+
+namespace laneq::openai {
+
+// The JSON body for a Request:
+//   {"model", "messages": [{"role", "content"}, ...],   (every message as given, system included)
+//    "max_tokens"                                       (only when Request::max_tokens > 0),
+//    "stream": true, "stream_options": {"include_usage": true}   (only when Request::stream)}
+// Request::extra (a JSON object) is merged in last, top-level key by key, and its keys WIN — it
+// is the escape hatch for everything laneq does not model (temperature, tools, rich message
+// content, "max_completion_tokens", ...). One exception: "stream" always follows
+// Request::stream, because that flag decides whether the response is read as SSE or as one body.
+// A null `extra` adds nothing; any other non-object `extra` is a programming error and throws
+// std::invalid_argument (the provider reports it as errc::bad_request). Invalid UTF-8 in strings
+// is replaced with U+FFFD rather than thrown.
+std::string request_body(const Request& request);
+
+// Reads a non-streamed response. Always fills out.status, out.headers (copied), out.raw (the
+// parsed body, or null when it is not JSON), and resets text, usage, finish_reason, error_type
+// and error_message; the queue's fields (attempts, times) are left alone.
+// Success (2xx with choices[0].message): text = choices[0].message.content (null -> ""),
+// usage = usage.prompt_tokens / completion_tokens, finish_reason = choices[0].finish_reason.
+// Failure: error_type = error.code if present, else error.type; error_message = error.message,
+// or the start of a non-JSON body (at most 512 bytes). The code is error_code_for(...).
+// Never throws (an allocation failure is reported as errc::internal).
+std::error_code parse_response(int status, const Headers& headers, std::string_view body,
+                               Response& out) noexcept;
+
+// The laneq error for an OpenAI failure. `status` 0 = no HTTP status to go by (an error chunk
+// inside a 200 stream); then the body decides.
+//   insufficient_quota (code or type), any status             -> quota_exceeded
+//   429 whose message contains "Request too large"            -> request_too_large
+//   429 otherwise                                             -> rate_limited
+//   401, 403                                                  -> auth
+//   413                                                       -> request_too_large
+//   503, 529                                                  -> overloaded
+//   408, 409, other 5xx                                       -> server_error
+//   400, 404, 422 (context_length_exceeded too), other 4xx    -> bad_request
+//   1xx, 3xx, out of range                                    -> malformed_response
+//   2xx / 0 (an error body where a result was expected), by the body: "Request too large" ->
+//   request_too_large, rate_limit_exceeded (or type requests / tokens) -> rate_limited,
+//   invalid_api_key / authentication_error -> auth, invalid_request_error /
+//   context_length_exceeded -> bad_request, anything else -> server_error.
+// parse_response answers malformed_response for a status outside 200..599 before any of this.
+std::error_code error_code_for(int status, std::string_view type, std::string_view code,
+                               std::string_view message) noexcept;
+
+// Accumulates a streamed completion (stream: true) from its SSE events: content deltas of
+// choice 0, its finish_reason, and the usage chunk (choices: []) that include_usage adds.
+// Finished by `data: [DONE]`. Events after [DONE] or after an error are ignored.
+class StreamAccumulator {
+ public:
+  using DeltaHandler = std::function<void(std::string_view)>;
+
+  StreamAccumulator() = default;
+  // `on_delta` sees each non-empty content delta as it arrives; its exceptions propagate.
+  explicit StreamAccumulator(DeltaHandler on_delta) : on_delta_(std::move(on_delta)) {}
+
+  // Takes one SSE event. Events with empty data are ignored (keep-alives). A data line that is
+  // not a JSON object, or has the wrong shape -> malformed_response; an {"error": {...}} chunk
+  // -> error_code_for(0, ...). The first error sticks.
+  void on_event(const SseEvent& event);
+
+  bool done() const noexcept { return done_; }         // got [DONE]
+  std::error_code error() const noexcept { return error_; }  // first error so far
+  const std::string& text() const noexcept { return text_; }  // content so far
+  const Usage& usage() const noexcept { return usage_; }
+
+  // Hands the result over (call once, after the body ended): out.text (the partial text too),
+  // usage, finish_reason, error_type, error_message; other fields are the caller's (status,
+  // headers, raw). Returns the stream's error if one came, else errc::network when the stream
+  // ended before [DONE] — a partial answer must never look like success — else success.
+  std::error_code finish(Response& out);
+
+ private:
+  void fail(std::error_code ec);
+
+  DeltaHandler on_delta_{};
+  std::string text_{};
+  Usage usage_{};
+  std::string finish_reason_{};
+  std::string error_type_{};
+  std::string error_message_{};
+  std::error_code error_{};
+  bool done_ = false;
+};
+
+}  // namespace laneq::openai

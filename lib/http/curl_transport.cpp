@@ -1,0 +1,409 @@
+#include "laneq/http/curl_transport.hpp"
+
+#include <curl/curl.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include <asio/error.hpp>
+#include <asio/execution/outstanding_work.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/prefer.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+
+#include "laneq/error.hpp"
+
+namespace laneq {
+namespace detail {
+
+namespace {
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+// One socket curl asked for. Waits hold a shared_ptr, so a socket closed (and its fd number
+// reused) while a wait is pending is recognised by `closed`.
+struct curl_socket_info {
+  explicit curl_socket_info(asio::ip::tcp::socket s) : sock(std::move(s)) {}
+  asio::ip::tcp::socket sock;
+  curl_socket_t fd = CURL_SOCKET_BAD;
+  int what = 0;  // CURL_POLL_IN / OUT / INOUT; 0 = curl does not want it watched
+  bool reading = false, writing = false, closed = false;
+};
+
+struct curl_transfer {
+  std::uint64_t id = 0;
+  CURL* easy = nullptr;
+  curl_slist* header_list = nullptr;
+  HttpRequest request;
+  HttpResponse response;
+  int current_status = 0;  // of the header block being read (1xx / redirects come first)
+  Transport::executor_type caller;  // work-tracked: the caller's context stays busy
+  asio::cancellation_slot slot;
+  HttpCompletion done;
+  char errbuf[CURL_ERROR_SIZE] = {};
+
+  ~curl_transfer() {
+    if (easy) curl_easy_cleanup(easy);
+    if (header_list) curl_slist_free_all(header_list);
+  }
+};
+
+class curl_engine : public std::enable_shared_from_this<curl_engine> {
+ public:
+  curl_engine(Transport::executor_type ex, CurlTransportConfig cfg)
+      : cfg_(std::move(cfg)), strand_(asio::make_strand(ex)), timer_(strand_) {
+    global_init();
+    multi_ = curl_multi_init();
+    if (!multi_)
+      throw std::system_error(make_error_code(errc::invalid_config),
+                              "CurlTransport: curl_multi_init failed");
+    curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, &curl_engine::on_socket);
+    curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, this);
+    curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, &curl_engine::on_timer);
+    curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, this);
+    curl_multi_setopt(multi_, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
+    if (cfg_.max_connections_per_host > 0)
+      curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS,
+                        static_cast<long>(cfg_.max_connections_per_host));
+    if (cfg_.max_total_connections > 0)
+      curl_multi_setopt(multi_, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+                        static_cast<long>(cfg_.max_total_connections));
+  }
+
+  // After the io_context stopped: drop transfers (their callers are gone), close connections.
+  void shutdown() {
+    for (auto& [id, t] : transfers_) curl_multi_remove_handle(multi_, t->easy);
+    transfers_.clear();
+    if (multi_) curl_multi_cleanup(multi_);  // closes pooled connections via on_close_socket
+    multi_ = nullptr;
+    for (auto& [fd, s] : sockets_) {  // pending waits may still hold these
+      s->closed = true;
+      std::error_code ignored;
+      s->sock.close(ignored);
+    }
+    sockets_.clear();
+    timer_.cancel();
+  }
+
+  std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_relaxed); }
+  std::size_t opened() const noexcept { return opened_.load(std::memory_order_relaxed); }
+
+  void start(HttpRequest request, Transport::executor_type ex, asio::cancellation_slot slot,
+             HttpCompletion done) {
+    auto t = std::make_unique<curl_transfer>();
+    t->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    t->request = std::move(request);
+    t->caller = asio::prefer(std::move(ex), asio::execution::outstanding_work.tracked);
+    t->slot = slot;
+    t->done = std::move(done);
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+    if (slot.is_connected()) {
+      // Emitted on the caller's executor; the transfer itself is touched on our strand only.
+      slot.assign([weak = weak_from_this(), id = t->id](asio::cancellation_type type) {
+        if ((type & asio::cancellation_type::all) == asio::cancellation_type::none) return;
+        if (auto self = weak.lock())
+          asio::post(self->strand_, [self, id] { self->abort(id); });
+      });
+    }
+    asio::post(strand_, [self = shared_from_this(), t = std::move(t)]() mutable {
+      self->add(std::move(t));
+    });
+  }
+
+ private:
+  // --- strand only from here ---
+
+  void add(std::unique_ptr<curl_transfer> t) {
+    if (!multi_) return;
+    if (!setup(*t)) return complete(std::move(t), make_error_code(errc::network));
+    const auto id = t->id;
+    curl_transfer& ref = *t;
+    transfers_.emplace(id, std::move(t));
+    if (const CURLMcode mc = curl_multi_add_handle(multi_, ref.easy); mc != CURLM_OK) {
+      auto owned = std::move(transfers_.at(id));
+      transfers_.erase(id);
+      owned->response.error = curl_multi_strerror(mc);
+      complete(std::move(owned), make_error_code(errc::network));
+    }
+  }
+
+  bool setup(curl_transfer& t) {
+    t.easy = curl_easy_init();
+    if (!t.easy) {
+      t.response.error = "curl_easy_init failed";
+      return false;
+    }
+    CURL* e = t.easy;
+    const auto& r = t.request;
+    curl_easy_setopt(e, CURLOPT_URL, r.url.c_str());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, &t);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.errbuf);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    if (r.method == "POST") {
+      curl_easy_setopt(e, CURLOPT_POST, 1L);
+      curl_easy_setopt(e, CURLOPT_POSTFIELDS, r.body.data());
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+    } else if (r.method == "GET") {
+      curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    } else {
+      curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r.method.c_str());
+      if (!r.body.empty()) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r.body.data());
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+      }
+    }
+    for (const auto& [name, value] : r.headers) {
+      const std::string line = name + ": " + value;
+      t.header_list = curl_slist_append(t.header_list, line.c_str());
+    }
+    t.header_list = curl_slist_append(t.header_list, "Expect:");  // no 100-continue round trip
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.header_list);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &curl_engine::on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &curl_engine::on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, &curl_engine::on_open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, this);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, &curl_engine::on_close_socket);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, this);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(cfg_.connect_timeout.count()));
+    const auto timeout = r.timeout.count() > 0 ? r.timeout : cfg_.timeout;
+    if (timeout.count() > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION,
+                     cfg_.http2 ? static_cast<long>(CURL_HTTP_VERSION_2TLS)
+                                : static_cast<long>(CURL_HTTP_VERSION_1_1));
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);  // prefer multiplexing over a new connection
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, cfg_.verify_tls ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, cfg_.verify_tls ? 2L : 0L);
+    if (!cfg_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, cfg_.ca_file.c_str());
+    if (!cfg_.proxy.empty()) curl_easy_setopt(e, CURLOPT_PROXY, cfg_.proxy.c_str());
+    curl_easy_setopt(e, CURLOPT_USERAGENT, cfg_.user_agent.c_str());
+    return true;
+  }
+
+  // The caller's completion: on its executor, after clearing the slot we installed there.
+  void complete(std::unique_ptr<curl_transfer> t, std::error_code ec) {
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    if (ec && t->response.error.empty()) t->response.error = ec.message();
+    auto caller = t->caller;
+    asio::post(caller, [t = std::move(t), ec]() mutable {
+      if (t->slot.is_connected()) t->slot.clear();
+      auto done = std::move(t->done);
+      HttpResponse resp = std::move(t->response);
+      t.reset();  // the easy handle is already out of the multi handle
+      done(ec, std::move(resp));
+    });
+  }
+
+  void abort(std::uint64_t id) {
+    auto it = transfers_.find(id);
+    if (it == transfers_.end()) return;  // finished already
+    auto t = std::move(it->second);
+    transfers_.erase(it);
+    curl_multi_remove_handle(multi_, t->easy);  // an unfinished transfer's connection is closed
+    t->response.error = "cancelled";
+    complete(std::move(t), asio::error::operation_aborted);
+  }
+
+  void action(curl_socket_t fd, int events) {
+    if (!multi_) return;
+    int running = 0;
+    curl_multi_socket_action(multi_, fd, events, &running);
+    drain_finished();
+  }
+
+  void drain_finished() {
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi_, &left)) {
+      if (m->msg != CURLMSG_DONE) continue;
+      curl_transfer* raw = nullptr;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &raw);
+      const CURLcode result = m->data.result;
+      auto it = raw ? transfers_.find(raw->id) : transfers_.end();
+      if (it == transfers_.end()) continue;
+      auto t = std::move(it->second);
+      transfers_.erase(it);
+      long status = 0, version = 0;
+      curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+      curl_easy_getinfo(t->easy, CURLINFO_HTTP_VERSION, &version);
+      curl_multi_remove_handle(multi_, t->easy);
+      t->response.status = static_cast<int>(status);
+      switch (version) {
+        case CURL_HTTP_VERSION_1_0: t->response.http_version = 10; break;
+        case CURL_HTTP_VERSION_1_1: t->response.http_version = 11; break;
+        case CURL_HTTP_VERSION_2_0: t->response.http_version = 20; break;
+        case CURL_HTTP_VERSION_3: t->response.http_version = 30; break;
+        default: break;
+      }
+      std::error_code ec;
+      if (result != CURLE_OK) {
+        t->response.error = t->errbuf[0] ? t->errbuf : curl_easy_strerror(result);
+        ec = make_error_code(errc::network);
+      }
+      complete(std::move(t), ec);
+    }
+  }
+
+  void arm(const std::shared_ptr<curl_socket_info>& s) {
+    if (s->closed) return;
+    if ((s->what & CURL_POLL_IN) && !s->reading) {
+      s->reading = true;
+      s->sock.async_wait(asio::ip::tcp::socket::wait_read,
+                         [self = shared_from_this(), s](std::error_code ec) {
+                           s->reading = false;
+                           if (ec || s->closed || !(s->what & CURL_POLL_IN)) return;
+                           self->action(s->fd, CURL_CSELECT_IN);
+                           self->arm(s);  // curl only calls back when interest changes
+                         });
+    }
+    if ((s->what & CURL_POLL_OUT) && !s->writing) {
+      s->writing = true;
+      s->sock.async_wait(asio::ip::tcp::socket::wait_write,
+                         [self = shared_from_this(), s](std::error_code ec) {
+                           s->writing = false;
+                           if (ec || s->closed || !(s->what & CURL_POLL_OUT)) return;
+                           self->action(s->fd, CURL_CSELECT_OUT);
+                           self->arm(s);
+                         });
+    }
+  }
+
+  // --- curl callbacks (always inside a curl call, so on the strand) ---
+
+  static int on_socket(CURL*, curl_socket_t fd, int what, void* userp, void*) {
+    auto* self = static_cast<curl_engine*>(userp);
+    auto it = self->sockets_.find(fd);
+    if (it == self->sockets_.end()) return 0;  // not one of ours (cannot happen: we open all)
+    const auto& s = it->second;
+    if (what == CURL_POLL_REMOVE) {
+      // Idle (pooled) or about to close: stop watching, so run() may return while idle.
+      s->what = 0;
+      std::error_code ignored;
+      s->sock.cancel(ignored);
+      return 0;
+    }
+    s->what = what;
+    self->arm(s);
+    return 0;
+  }
+
+  static int on_timer(CURLM*, long timeout_ms, void* userp) {
+    auto* self = static_cast<curl_engine*>(userp);
+    if (timeout_ms < 0) {
+      self->timer_.cancel();
+      return 0;
+    }
+    // Never call curl from inside its own callback: the timer (even at 0) runs it next turn.
+    self->timer_.expires_after(std::chrono::milliseconds(timeout_ms));
+    self->timer_.async_wait([weak = self->weak_from_this()](std::error_code ec) {
+      if (ec) return;
+      if (auto s = weak.lock()) s->action(CURL_SOCKET_TIMEOUT, 0);
+    });
+    return 0;
+  }
+
+  static curl_socket_t on_open_socket(void* userp, curlsocktype purpose, curl_sockaddr* addr) {
+    auto* self = static_cast<curl_engine*>(userp);
+    if (purpose != CURLSOCKTYPE_IPCXN || addr->socktype != SOCK_STREAM ||
+        (addr->family != AF_INET && addr->family != AF_INET6))
+      return CURL_SOCKET_BAD;
+    asio::ip::tcp::socket sock(self->strand_);
+    std::error_code ec;
+    sock.open(addr->family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), ec);
+    if (ec) return CURL_SOCKET_BAD;
+    const curl_socket_t fd = sock.native_handle();
+    auto info = std::make_shared<curl_socket_info>(std::move(sock));
+    info->fd = fd;
+    self->sockets_[fd] = std::move(info);
+    self->opened_.fetch_add(1, std::memory_order_relaxed);
+    return fd;
+  }
+
+  static int on_close_socket(void* userp, curl_socket_t fd) {
+    auto* self = static_cast<curl_engine*>(userp);
+    auto it = self->sockets_.find(fd);
+    if (it == self->sockets_.end()) return 0;
+    it->second->closed = true;
+    std::error_code ignored;
+    it->second->sock.close(ignored);
+    self->sockets_.erase(it);
+    return 0;
+  }
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* userp) {
+    auto* t = static_cast<curl_transfer*>(userp);
+    const std::string_view line(data, size * n);
+    if (line.starts_with("HTTP/")) {  // a new response block (after 1xx or a redirect)
+      t->response.headers.clear();
+      const auto sp = line.find(' ');
+      t->current_status = sp == std::string_view::npos ? 0 : std::atoi(line.data() + sp + 1);
+      return size * n;
+    }
+    const auto colon = line.find(':');
+    if (colon != std::string_view::npos && colon > 0)
+      t->response.headers.emplace_back(std::string(trim(line.substr(0, colon))),
+                                       std::string(trim(line.substr(colon + 1))));
+    return size * n;
+  }
+
+  static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* userp) {
+    auto* t = static_cast<curl_transfer*>(userp);
+    const std::string_view chunk(data, size * n);
+    // Streams are delivered as they come; an error body is kept whole for its JSON.
+    if (t->request.on_body && t->current_status >= 200 && t->current_status < 300) {
+      try {
+        t->request.on_body(chunk);
+      } catch (...) {
+        return 0;  // the consumer failed: abort the transfer (CURLE_WRITE_ERROR)
+      }
+    } else {
+      t->response.body.append(chunk);
+    }
+    return size * n;
+  }
+
+  CurlTransportConfig cfg_;
+  asio::strand<Transport::executor_type> strand_;
+  asio::steady_timer timer_;
+  CURLM* multi_ = nullptr;
+  std::unordered_map<curl_socket_t, std::shared_ptr<curl_socket_info>> sockets_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<curl_transfer>> transfers_;
+  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<std::size_t> in_flight_{0};
+  std::atomic<std::size_t> opened_{0};
+};
+
+}  // namespace detail
+
+CurlTransport::CurlTransport(executor_type ex, CurlTransportConfig config)
+    : executor_(ex), engine_(std::make_shared<detail::curl_engine>(ex, std::move(config))) {}
+
+CurlTransport::~CurlTransport() { engine_->shutdown(); }
+
+void CurlTransport::async_request(HttpRequest request, executor_type ex,
+                                  asio::cancellation_slot cancel, HttpCompletion done) {
+  engine_->start(std::move(request), std::move(ex), cancel, std::move(done));
+}
+
+std::size_t CurlTransport::in_flight() const noexcept { return engine_->in_flight(); }
+std::size_t CurlTransport::connections_opened() const noexcept { return engine_->opened(); }
+
+}  // namespace laneq

@@ -1,0 +1,286 @@
+#include "laneq/providers/anthropic_format.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "laneq/error.hpp"
+
+namespace laneq::anthropic {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Enough of a non-JSON error page (a proxy's HTML, a plain-text 502) to tell what it was.
+constexpr std::size_t kMaxBodySnippet = 512;
+constexpr std::int64_t kMaxCount = std::numeric_limits<std::int64_t>::max();
+
+std::error_code err(errc e) noexcept { return make_error_code(e); }
+
+bool is_2xx(int status) noexcept { return status >= 200 && status <= 299; }
+
+json parse_json(std::string_view text) {
+  return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
+// obj[key] when obj is an object that has it, else nullptr.
+const json* member(const json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  const auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+// obj[key] as a string; "" when absent or not a string.
+std::string_view string_at(const json& obj, std::string_view key) {
+  const json* m = member(obj, key);
+  return m && m->is_string() ? std::string_view(m->get_ref<const std::string&>()) : std::string_view{};
+}
+
+// A token count: a non-negative integer (clamped to int64), else nothing. Counts are
+// informational: a bad one is dropped, it does not fail the response.
+std::optional<std::int64_t> count_at(const json& obj, std::string_view key) {
+  const json* m = member(obj, key);
+  if (!m) return std::nullopt;
+  if (m->is_number_unsigned())
+    return static_cast<std::int64_t>(
+        std::min<std::uint64_t>(m->get<std::uint64_t>(), static_cast<std::uint64_t>(kMaxCount)));
+  if (m->is_number_integer()) {
+    const auto v = m->get<std::int64_t>();
+    if (v >= 0) return v;
+  }
+  return std::nullopt;
+}
+
+std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
+  return a > kMaxCount - b ? kMaxCount : a + b;  // both are >= 0
+}
+
+// Cache writes and reads are billed and rate-limited as input, so they count as input here.
+std::int64_t total_input(std::int64_t input, std::int64_t cache_creation, std::int64_t cache_read) {
+  return saturating_add(saturating_add(input, cache_creation), cache_read);
+}
+
+struct ErrorFields {
+  bool present = false;
+  std::string type{};
+  std::string message{};
+};
+
+// {"type": "error", "error": {"type", "message"}}; a bare {"error": "message"} from a proxy too.
+ErrorFields read_error(const json& doc) {
+  ErrorFields f;
+  const json* e = member(doc, "error");
+  if (!e) return f;
+  if (e->is_string()) {
+    f.present = true;
+    f.message = e->get_ref<const std::string&>();
+  } else if (e->is_object()) {
+    f.present = true;
+    f.type = string_at(*e, "type");
+    f.message = string_at(*e, "message");
+  }
+  return f;
+}
+
+std::error_code status_error(int status) noexcept {
+  if (status == 401 || status == 403) return err(errc::auth);
+  if (status == 413) return err(errc::request_too_large);
+  if (status == 429) return err(errc::rate_limited);
+  if (status == 503 || status == 529) return err(errc::overloaded);
+  if (status == 408 || status == 409) return err(errc::server_error);
+  if (status >= 500 && status <= 599) return err(errc::server_error);
+  if (status >= 400 && status <= 499) return err(errc::bad_request);
+  return err(errc::malformed_response);  // 1xx, 3xx (redirects are not followed), nonsense
+}
+
+std::error_code fill_error(int status, const ErrorFields& e, Response& out) {
+  out.error_type = e.type;
+  out.error_message = e.message;
+  return error_code_for(status, e.type);
+}
+
+// A 2xx body: {"type": "message", "content": [{"type": "text", "text"}, ...], "stop_reason",
+// "usage": {...}}.
+std::error_code read_message(int status, const json& doc, Response& out) {
+  if (!doc.is_object()) return err(errc::malformed_response);
+  const json* content = member(doc, "content");
+  if (!content) {
+    // An error body where a result was expected: its type says more than "malformed".
+    if (const ErrorFields e = read_error(doc); e.present) return fill_error(status, e, out);
+    return err(errc::malformed_response);
+  }
+  if (!content->is_array()) return err(errc::malformed_response);
+  for (const json& block : *content) {
+    if (!block.is_object()) return err(errc::malformed_response);
+    if (string_at(block, "type") != "text") continue;
+    const json* text = member(block, "text");
+    if (!text || !text->is_string()) return err(errc::malformed_response);
+    out.text += text->get_ref<const std::string&>();
+  }
+  out.finish_reason = string_at(doc, "stop_reason");
+  if (const json* usage = member(doc, "usage")) {
+    out.usage.input_tokens = total_input(count_at(*usage, "input_tokens").value_or(0),
+                                         count_at(*usage, "cache_creation_input_tokens").value_or(0),
+                                         count_at(*usage, "cache_read_input_tokens").value_or(0));
+    out.usage.output_tokens = count_at(*usage, "output_tokens").value_or(0);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string request_body(const Request& request, std::int32_t fallback_max_tokens) {
+  if (!request.extra.is_null() && !request.extra.is_object())
+    throw std::invalid_argument("laneq::anthropic::request_body: Request::extra must be a JSON object or null");
+  if (fallback_max_tokens < 1)
+    throw std::invalid_argument("laneq::anthropic::request_body: fallback_max_tokens must be >= 1");
+  json body = json::object();
+  body["model"] = request.model;
+  body["max_tokens"] = request.max_tokens > 0 ? request.max_tokens : fallback_max_tokens;
+  // The Messages API has no "system" role: system prompts go to the top-level "system".
+  std::string system;
+  bool has_system = false;
+  json& messages = body["messages"] = json::array();
+  for (const Message& m : request.messages) {
+    if (m.role == "system") {
+      if (has_system) system += "\n\n";
+      system += m.content;
+      has_system = true;
+    } else {
+      messages.push_back(json{{"role", m.role}, {"content", m.content}});
+    }
+  }
+  if (has_system) body["system"] = std::move(system);
+  if (request.extra.is_object()) body.update(request.extra);
+  if (request.stream) body["stream"] = true;
+  else body.erase("stream");
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::error_code error_code_for(int status, std::string_view error_type) noexcept {
+  // These say more than the status (a 529 may come through a proxy as a 500 or a 200 stream).
+  if (error_type == "overloaded_error") return err(errc::overloaded);
+  if (error_type == "request_too_large") return err(errc::request_too_large);
+  if (error_type == "billing_error") return err(errc::quota_exceeded);
+  if (status == 0 || is_2xx(status)) {
+    if (error_type == "rate_limit_error") return err(errc::rate_limited);
+    if (error_type == "invalid_request_error" || error_type == "not_found_error")
+      return err(errc::bad_request);
+    if (error_type == "authentication_error" || error_type == "permission_error")
+      return err(errc::auth);
+    return err(errc::server_error);  // api_error, timeout_error, and types added later
+  }
+  return status_error(status);
+}
+
+std::error_code parse_response(int status, const Headers& headers, std::string_view body,
+                               Response& out) noexcept {
+  try {
+    json doc = parse_json(body);
+    if (doc.is_discarded()) doc = nullptr;
+    ErrorFields failure;
+    if (!is_2xx(status)) {
+      failure = read_error(doc);
+      // Taken before `out` is touched, in case `body` views one of its strings.
+      if (failure.message.empty()) failure.message = body.substr(0, kMaxBodySnippet);
+    }
+    out.status = status;
+    out.headers = headers;
+    out.text.clear();
+    out.usage = {};
+    out.finish_reason.clear();
+    out.error_type.clear();
+    out.error_message.clear();
+    std::error_code ec =
+        is_2xx(status) ? read_message(status, doc, out) : fill_error(status, failure, out);
+    // Not an HTTP status a provider answers with (the transport reports failures itself): no
+    // body rule applies, and status 0 must not read as "in-stream" to error_code_for.
+    if (status < 200 || status > 599) ec = err(errc::malformed_response);
+    out.raw = std::move(doc);
+    return ec;
+  } catch (...) {
+    return err(errc::internal);
+  }
+}
+
+Usage StreamAccumulator::usage() const noexcept {
+  return Usage{.input_tokens = total_input(input_tokens_, cache_creation_input_tokens_,
+                                           cache_read_input_tokens_),
+               .output_tokens = output_tokens_};
+}
+
+void StreamAccumulator::fail(std::error_code ec) {
+  if (!error_) error_ = ec;
+}
+
+void StreamAccumulator::on_event(const SseEvent& event) {
+  if (done_ || error_) return;
+  if (event.data.find_first_not_of(" \t\r\n") == std::string::npos) return;
+  const json data = parse_json(event.data);
+  if (data.is_discarded() || !data.is_object()) return fail(err(errc::malformed_response));
+  const std::string_view type = !event.event.empty() ? std::string_view(event.event)
+                                                     : string_at(data, "type");
+
+  // Usage counts are cumulative: a later report of the same count replaces the earlier one.
+  const auto read_usage = [&](const json* usage) {
+    if (!usage) return;
+    if (!usage->is_object()) return fail(err(errc::malformed_response));
+    if (const auto v = count_at(*usage, "input_tokens")) input_tokens_ = *v;
+    if (const auto v = count_at(*usage, "cache_creation_input_tokens")) cache_creation_input_tokens_ = *v;
+    if (const auto v = count_at(*usage, "cache_read_input_tokens")) cache_read_input_tokens_ = *v;
+    if (const auto v = count_at(*usage, "output_tokens")) output_tokens_ = *v;
+  };
+  const auto append = [&](const json* text) {
+    if (!text || !text->is_string()) return fail(err(errc::malformed_response));
+    const std::string& piece = text->get_ref<const std::string&>();
+    if (piece.empty()) return;
+    text_ += piece;
+    if (on_delta_) on_delta_(piece);
+  };
+
+  if (type == "message_start") {
+    const json* message = member(data, "message");
+    if (!message || !message->is_object()) return fail(err(errc::malformed_response));
+    read_usage(member(*message, "usage"));
+  } else if (type == "content_block_start") {
+    const json* block = member(data, "content_block");
+    if (!block || !block->is_object()) return fail(err(errc::malformed_response));
+    if (string_at(*block, "type") == "text" && member(*block, "text")) append(member(*block, "text"));
+  } else if (type == "content_block_delta") {
+    const json* delta = member(data, "delta");
+    if (!delta || !delta->is_object()) return fail(err(errc::malformed_response));
+    if (string_at(*delta, "type") == "text_delta") append(member(*delta, "text"));
+  } else if (type == "message_delta") {
+    if (const json* delta = member(data, "delta"); delta && delta->is_object())
+      if (const std::string_view reason = string_at(*delta, "stop_reason"); !reason.empty())
+        finish_reason_ = reason;
+    read_usage(member(data, "usage"));
+  } else if (type == "message_stop") {
+    done_ = true;
+  } else if (type == "error") {
+    const ErrorFields e = read_error(data);
+    error_type_ = e.type;
+    error_message_ = e.message;
+    fail(error_code_for(0, e.type));
+  }
+  // ping, content_block_stop and unknown types carry nothing laneq keeps.
+}
+
+std::error_code StreamAccumulator::finish(Response& out) {
+  out.text = std::move(text_);
+  text_.clear();
+  out.usage = usage();
+  out.finish_reason = finish_reason_;
+  out.error_type = error_type_;
+  out.error_message = error_message_;
+  if (error_) return error_;
+  if (!done_) return err(errc::network);
+  return {};
+}
+
+}  // namespace laneq::anthropic

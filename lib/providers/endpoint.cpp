@@ -1,0 +1,47 @@
+#include "endpoint.hpp"
+
+#include <cstdlib>
+#include <system_error>
+
+#include "laneq/error.hpp"
+#include "laneq/provider.hpp"
+#include "http_call.hpp"
+
+#include <asio/post.hpp>
+
+namespace laneq::detail {
+
+Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base,
+                          const char* base_env, const char* default_base, const std::string& path,
+                          const char* provider) {
+  if (key.empty())
+    if (const char* v = std::getenv(key_env)) key = v;
+  if (base.empty())
+    if (const char* v = std::getenv(base_env)) base = v;
+  const bool custom_base = !base.empty();
+  if (key.empty() && !custom_base)
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            std::string(provider) + ": no API key: set " + key_env +
+                                " (or the config's api_key), or a base URL (" + base_env +
+                                ") for an endpoint that needs none");
+  if (!custom_base) base = default_base;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  std::string url = base;
+  // "/v1/chat/completions" after a base that already ends in "/v1": append the rest only.
+  if (url.size() >= 3 && url.compare(url.size() - 3, 3, "/v1") == 0 && path.starts_with("/v1/"))
+    url += path.substr(3);
+  else
+    url += path;
+  return {std::move(url), std::move(key)};
+}
+
+void fail_call(CallContext& ctx, CallCompletion& done, std::error_code ec, std::string message) {
+  Response r;
+  r.error_type = "invalid_request";
+  r.error_message = std::move(message);
+  asio::post(ctx.executor, [done = std::move(done), ec, r = std::move(r)]() mutable {
+    done(ec, std::move(r));
+  });
+}
+
+}  // namespace laneq::detail

@@ -1,0 +1,177 @@
+// CurlTransport over real sockets on 127.0.0.1: against nginx (TLS + HTTP/2, started by the
+// fixture with a certificate made at test time) and against the mock API server (HTTP/1.1).
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <thread>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+
+#include "laneq/laneq.hpp"
+#include "mock_api/mock_server_thread.hpp"
+#include "support/nginx_fixture.hpp"
+#include "support/run.hpp"
+
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using laneq::errc;
+using laneq::test::run;
+
+namespace {
+
+auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+
+laneq::HttpRequest chat_post(const std::string& url, std::string key = "sk-test") {
+  return {.method = "POST",
+          .url = url,
+          .headers = {{"Content-Type", "application/json"}, {"Authorization", "Bearer " + key}},
+          .body = R"({"model":"gpt-test","messages":[{"role":"user","content":"hi"}],"max_tokens":8})"};
+}
+
+}  // namespace
+
+TEST_CASE("TLS verification fails without the CA and succeeds with it - over HTTP/2",
+          "[transport][tls]") {
+  laneq::test::NginxFixture nginx;
+  asio::io_context io;
+  run(io, [&]() -> asio::awaitable<void> {
+    {
+      laneq::CurlTransport untrusting(io.get_executor());  // the system's CAs only
+      // Named, not braced in the call: GCC 12 miscompiles such temporaries across co_await.
+      laneq::HttpRequest get{.method = "GET", .url = nginx.url()};
+      auto [ec, r] = co_await laneq::async_http(untrusting, std::move(get), tuple_awaitable);
+      CHECK(ec == errc::network);
+      CHECK(r.status == 0);
+      CHECK_THAT(r.error, Catch::Contains("certificate") || Catch::Contains("SSL"));
+    }
+    laneq::CurlTransport trusting(io.get_executor(), {.ca_file = nginx.ca_file()});
+    laneq::HttpRequest get{.method = "GET", .url = nginx.url()};
+    auto [ec, r] = co_await laneq::async_http(trusting, std::move(get), tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(r.status == 200);
+    CHECK(r.body == R"({"ok":true})");
+    CHECK(r.http_version == 20);
+  });
+}
+
+TEST_CASE("concurrent requests to an HTTP/2 server share one multiplexed connection",
+          "[transport][tls]") {
+  laneq::test::NginxFixture nginx;
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor(), {.ca_file = nginx.ca_file()});
+  // Warm up: the first exchange opens the connection and learns that it speaks h2.
+  auto first = laneq::async_http(transport, {.method = "GET", .url = nginx.url()}, asio::use_future);
+  io.run();
+  REQUIRE(first.get().status == 200);
+  io.restart();
+  int ok = 0;
+  for (int i = 0; i < 20; ++i)
+    laneq::async_http(transport, {.method = "GET", .url = nginx.url()},
+                      [&](std::error_code ec, laneq::HttpResponse r) {
+                        if (!ec && r.status == 200 && r.http_version == 20) ++ok;
+                      });
+  io.run();
+  CHECK(ok == 20);
+  CHECK(transport.connections_opened() == 1);
+}
+
+TEST_CASE("the transport works with callbacks - futures and coroutines against the mock",
+          "[transport]") {
+  laneq::mock::MockServerThread mock;
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  const std::string url = mock.base_url() + "/v1/chat/completions";
+
+  auto fut = laneq::async_http(transport, chat_post(url), asio::use_future);
+  laneq::HttpResponse from_callback;
+  laneq::async_http(transport, chat_post(url),
+                    [&](std::error_code ec, laneq::HttpResponse r) {
+                      CHECK_FALSE(ec);
+                      from_callback = std::move(r);
+                    });
+  io.run();
+  const auto r = fut.get();
+  CHECK(r.status == 200);
+  CHECK(r.http_version == 11);
+  CHECK(nlohmann::json::parse(r.body)["usage"]["completion_tokens"] == 8);
+  CHECK(from_callback.status == 200);
+  const auto* ct = laneq::Response{.headers = from_callback.headers}.header("content-type");
+  REQUIRE(ct != nullptr);
+  CHECK_THAT(*ct, Catch::Contains("application/json"));
+}
+
+TEST_CASE("sequential requests reuse one keep-alive connection - io_context::run returns when idle",
+          "[transport]") {
+  laneq::mock::MockServerThread mock;
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  const std::string url = mock.base_url() + "/v1/chat/completions";
+  run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 10; ++i) {
+      auto [ec, r] = co_await laneq::async_http(transport, chat_post(url), tuple_awaitable);
+      CHECK_FALSE(ec);
+      CHECK(r.status == 200);
+    }
+  });  // run() returned: a pooled idle connection keeps no work alive
+  CHECK(transport.connections_opened() == 1);
+  CHECK(transport.in_flight() == 0);
+}
+
+TEST_CASE("64 transfers at once all complete", "[transport]") {
+  laneq::mock::MockServerThread mock({.latency = 20ms});
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  const std::string url = mock.base_url() + "/v1/chat/completions";
+  int ok = 0;
+  for (int i = 0; i < 64; ++i)
+    laneq::async_http(transport, chat_post(url), [&](std::error_code ec, laneq::HttpResponse r) {
+      if (!ec && r.status == 200) ++ok;
+    });
+  const auto t0 = std::chrono::steady_clock::now();
+  io.run();
+  CHECK(ok == 64);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // in parallel, not 64 x 20 ms in a row
+}
+
+TEST_CASE("a refused connection is a network error - not a hang", "[transport]") {
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  const auto port = laneq::test::free_loopback_port();  // nobody listens there
+  auto fut = laneq::async_http(
+      transport, chat_post("http://127.0.0.1:" + std::to_string(port) + "/v1/chat/completions"),
+      asio::use_future);
+  std::error_code ec;
+  try {
+    io.run();
+    fut.get();
+  } catch (const std::system_error& e) {
+    ec = e.code();
+  }
+  CHECK(ec == errc::network);
+}
+
+TEST_CASE("cancelling a transfer aborts it and the server sees the connection close",
+          "[transport]") {
+  laneq::mock::MockServerThread mock({.latency = 5s});
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  const std::string url = mock.base_url() + "/v1/chat/completions";
+  run(io, [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(io, 200ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = co_await (laneq::async_http(transport, chat_post(url), tuple_awaitable) ||
+                         t.async_wait(asio::use_awaitable));
+    CHECK(res.index() == 1);
+    CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  });
+  CHECK(transport.in_flight() == 0);
+  CHECK(mock.wait_stats([](const nlohmann::json& s) {
+    return s["connections"]["closed_in_flight"].get<int>() >= 1;
+  }));
+}

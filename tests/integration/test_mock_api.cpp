@@ -1,0 +1,894 @@
+// The mock API server (tools/mock_api) over real loopback sockets: both API shapes, keep-alive,
+// request framing, auth and bad bodies, server-side rate limits and their headers, streams,
+// scripted and random fault injection, /stats, and the laneq-mock-api program.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "laneq/rate_limit_headers.hpp"
+#include "mock_api/mock_server.hpp"
+#include "mock_api/mock_server_thread.hpp"
+#include "support/http_client.hpp"
+
+extern char** environ;
+
+using namespace std::chrono_literals;
+using laneq::Headers;
+using laneq::parse_rate_limit_headers;
+using laneq::mock::MockConfig;
+using laneq::mock::MockServer;
+using laneq::mock::MockServerThread;
+using laneq::test::HttpClient;
+using laneq::test::HttpResponse;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* chat_path = "/v1/chat/completions";
+constexpr const char* messages_path = "/v1/messages";
+
+Headers openai_auth(std::string key = "key-1") { return {{"authorization", "Bearer " + key}}; }
+
+Headers anthropic_auth(std::string key = "key-1") {
+  return {{"x-api-key", std::move(key)}, {"anthropic-version", "2023-06-01"}};
+}
+
+Headers with(Headers h, const Headers& more) {
+  h.insert(h.end(), more.begin(), more.end());
+  return h;
+}
+
+json openai_body(std::string text = "Hello", std::string model = "gpt-4o-mini") {
+  return {{"model", std::move(model)},
+          {"messages", json::array({{{"role", "user"}, {"content", std::move(text)}}})}};
+}
+
+json anthropic_body(std::string text = "Hello", std::string model = "claude-3-5-haiku",
+                    int max_tokens = 100) {
+  return {{"model", std::move(model)},
+          {"max_tokens", max_tokens},
+          {"messages", json::array({{{"role", "user"}, {"content", std::move(text)}}})}};
+}
+
+// The SSE events of a stream body: (event name or "", data).
+std::vector<std::pair<std::string, std::string>> sse_events(const std::string& body) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t pos = 0;
+  while (pos < body.size()) {
+    auto end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    std::string event, data;
+    std::size_t line_start = pos;
+    while (line_start < end) {
+      auto line_end = std::min(body.find('\n', line_start), end);
+      const auto line = body.substr(line_start, line_end - line_start);
+      if (line.rfind("event: ", 0) == 0) event = line.substr(7);
+      if (line.rfind("data: ", 0) == 0) data = line.substr(6);
+      line_start = line_end + 1;
+    }
+    out.emplace_back(event, data);
+    pos = end + 2;
+  }
+  return out;
+}
+
+std::vector<std::string> event_names(const std::vector<std::pair<std::string, std::string>>& events) {
+  std::vector<std::string> names;
+  for (const auto& [name, data] : events)
+    if (names.empty() || names.back() != name || name != "content_block_delta") names.push_back(name);
+  return names;
+}
+
+std::int64_t count(const json& stats, const char* map, const std::string& key) {
+  const auto& m = stats.at(map);
+  return m.contains(key) ? m.at(key).get<std::int64_t>() : 0;
+}
+
+// --- a child process for the laneq-mock-api tests ------------------------------------------
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // read end of its stdout
+  int err = -1;  // read end of its stderr
+
+  Child() = default;
+  Child(const Child&) = delete;
+  ~Child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);  // only when a test failed half-way: never leave it running
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (out >= 0) ::close(out);
+    if (err >= 0) ::close(err);
+  }
+};
+
+void spawn(Child& child, std::vector<std::string> args) {
+  int out[2], err[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  args.insert(args.begin(), LANEQ_MOCK_API_EXE);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int rc = ::posix_spawn(&child.pid, LANEQ_MOCK_API_EXE, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  ::close(err[1]);
+  child.out = out[0];
+  child.err = err[0];
+  REQUIRE(rc == 0);
+}
+
+// Everything the fd delivers until `stop_at_newline` sees a line end, EOF, or the timeout.
+std::string read_fd(int fd, bool stop_at_newline, std::chrono::milliseconds timeout) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (stop_at_newline && got.find('\n') != std::string::npos) return got;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return got;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return got;
+    char buf[512];
+    const auto n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return got;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+// The child's exit status, waiting at most `timeout` (through a pidfd: no polling loop).
+std::optional<int> wait_exit(Child& child, std::chrono::milliseconds timeout) {
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child.pid, 0));
+  REQUIRE(pidfd >= 0);
+  pollfd p{pidfd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  ::close(pidfd);
+  if (ready <= 0) return std::nullopt;
+  int status = 0;
+  REQUIRE(::waitpid(child.pid, &status, 0) == child.pid);
+  child.pid = -1;
+  return status;
+}
+
+}  // namespace
+
+// --- shapes --------------------------------------------------------------------------------
+
+TEST_CASE("an OpenAI chat completion answers in the OpenAI shape, with usage") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  json body = {{"model", "gpt-4o-mini"},
+               {"messages", json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                         {{"role", "user"},
+                                          {"content", "What is the capital of France, in one word please?"}}})},
+               {"max_tokens", 64}};
+  const auto r = c.post(chat_path, body, openai_auth());
+  REQUIRE(r.status == 200);
+  CHECK(r.header("content-type") == "application/json");
+  CHECK(r.header("x-request-id").has_value());
+  const auto j = r.json();
+  CHECK(j["object"] == "chat.completion");
+  CHECK(j["id"].get<std::string>().rfind("chatcmpl-", 0) == 0);
+  CHECK(j["model"] == "gpt-4o-mini");
+  CHECK(j["created"].is_number_integer());
+  CHECK(j["choices"][0]["index"] == 0);
+  CHECK(j["choices"][0]["message"]["role"] == "assistant");
+  // The first 40 bytes of the last user message.
+  CHECK(j["choices"][0]["message"]["content"] == "mock reply to: What is the capital of France, in one wo");
+  CHECK(j["choices"][0]["finish_reason"] == "stop");
+  // Prompt: 9 + 50 bytes of text -> 59 / 4 + 1 = 15 tokens; completion: the default 16.
+  CHECK(j["usage"] == json{{"prompt_tokens", 15}, {"completion_tokens", 16}, {"total_tokens", 31}});
+
+  body["max_tokens"] = 5;  // fewer than the default completion: cut short, "length"
+  const auto short_answer = c.post(chat_path, body, openai_auth()).json();
+  CHECK(short_answer["usage"]["completion_tokens"] == 5);
+  CHECK(short_answer["choices"][0]["finish_reason"] == "length");
+}
+
+TEST_CASE("an Anthropic message answers in the Anthropic shape, with usage") {
+  MockConfig cfg;
+  cfg.completion_tokens = 20;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  json body = {{"model", "claude-3-5-haiku"},
+               {"max_tokens", 100},
+               {"system", "Be brief."},
+               {"messages", json::array({{{"role", "user"},
+                                          {"content", json::array({{{"type", "text"}, {"text", "Hi there"}}})}}})}};
+  const auto r = c.post(messages_path, body, anthropic_auth());
+  REQUIRE(r.status == 200);
+  CHECK(r.header("request-id").has_value());
+  const auto j = r.json();
+  CHECK(j["type"] == "message");
+  CHECK(j["role"] == "assistant");
+  CHECK(j["id"].get<std::string>().rfind("msg_", 0) == 0);
+  CHECK(j["model"] == "claude-3-5-haiku");
+  CHECK(j["content"] == json::array({{{"type", "text"}, {"text", "mock reply to: Hi there"}}}));
+  CHECK(j["stop_reason"] == "end_turn");
+  // Prompt: 9 + 8 bytes -> 17 / 4 + 1 = 5 tokens; completion: the configured 20.
+  CHECK(j["usage"] == json{{"input_tokens", 5}, {"output_tokens", 20}});
+
+  body["max_tokens"] = 3;
+  const auto short_answer = c.post(messages_path, body, anthropic_auth()).json();
+  CHECK(short_answer["usage"]["output_tokens"] == 3);
+  CHECK(short_answer["stop_reason"] == "max_tokens");
+
+  body.erase("max_tokens");  // required by the Messages API
+  const auto missing = c.post(messages_path, body, anthropic_auth());
+  CHECK(missing.status == 400);
+  CHECK(missing.json()["error"]["type"] == "invalid_request_error");
+}
+
+// --- connections and framing ---------------------------------------------------------------
+
+TEST_CASE("two requests share one keep-alive connection") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  const auto a = c.post(chat_path, openai_body("one"), openai_auth());
+  const auto b = c.post(messages_path, anthropic_body("two"), anthropic_auth());
+  REQUIRE(a.status == 200);
+  REQUIRE(b.status == 200);
+  CHECK(a.header("connection") == "keep-alive");
+  CHECK(a.json()["choices"][0]["message"]["content"] == "mock reply to: one");
+  CHECK(b.json()["content"][0]["text"] == "mock reply to: two");
+  const auto s = server.stats();
+  CHECK(s["requests"] == 2);
+  CHECK(s["connections"]["accepted"] == 1);
+  CHECK(s["connections"]["current"] == 1);
+}
+
+TEST_CASE("pipelined requests are answered in order on one connection") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  std::string two;
+  for (const char* text : {"first", "second"}) {
+    const auto body = openai_body(text).dump();
+    two += "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer k\r\n"
+           "content-length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+  c.send_raw(two);
+  CHECK(c.read_response().json()["choices"][0]["message"]["content"] == "mock reply to: first");
+  CHECK(c.read_response().json()["choices"][0]["message"]["content"] == "mock reply to: second");
+}
+
+TEST_CASE("Connection: close is honoured: the server answers, then closes") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  const auto r = c.post(chat_path, openai_body(), with(openai_auth(), {{"connection", "close"}}));
+  REQUIRE(r.status == 200);
+  CHECK(r.header("connection") == "close");
+  CHECK(c.read_until_closed() == asio::error::eof);
+  CHECK(server.wait_stats([](const json& s) { return s["connections"]["current"] == 0; }));
+}
+
+TEST_CASE("a chunked request body is read, chunk extensions and all") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  const std::string body = openai_body("chunked hello").dump();
+  std::string chunked;
+  for (std::size_t i = 0; i < body.size(); i += 7) {
+    const auto part = body.substr(i, 7);
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", part.size());
+    chunked += std::string(size) + (i == 0 ? ";ext=1" : "") + "\r\n" + part + "\r\n";
+  }
+  chunked += "0\r\n\r\n";
+  const auto r = c.request("POST", chat_path,
+                           with(openai_auth(), {{"transfer-encoding", "chunked"}}), chunked);
+  REQUIRE(r.status == 200);
+  CHECK(r.json()["choices"][0]["message"]["content"] == "mock reply to: chunked hello");
+}
+
+TEST_CASE("Expect: 100-continue gets an interim 100 before the body is sent") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  const std::string body = openai_body("after continue").dump();
+  c.send_raw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer k\r\n"
+             "expect: 100-continue\r\ncontent-length: " + std::to_string(body.size()) + "\r\n\r\n");
+  CHECK(c.read_head().status == 100);
+  c.send_raw(body);
+  const auto r = c.read_response();
+  REQUIRE(r.status == 200);
+  CHECK(r.json()["choices"][0]["message"]["content"] == "mock reply to: after continue");
+}
+
+TEST_CASE("a request body over the limit gets 413 and the connection closes") {
+  MockConfig cfg;
+  cfg.max_body_bytes = 1000;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  const auto r = c.post(chat_path, openai_body(std::string(2000, 'x')), openai_auth());
+  CHECK(r.status == 413);
+  CHECK(r.header("connection") == "close");
+}
+
+TEST_CASE("latency delays the answer by at least the configured time") {
+  MockConfig cfg;
+  cfg.latency = 150ms;
+  cfg.jitter = 50ms;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(c.post(chat_path, openai_body(), openai_auth()).status == 200);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 150ms);
+}
+
+// --- auth, bad requests, routing ------------------------------------------------------------
+
+TEST_CASE("a call without an API key gets 401 in the provider's error shape") {
+  MockServerThread server;
+  HttpClient c(server.port());
+
+  const auto openai = c.post(chat_path, openai_body());
+  CHECK(openai.status == 401);
+  CHECK(openai.json()["error"]["type"] == "invalid_request_error");
+  CHECK(openai.json()["error"]["code"] == "invalid_api_key");
+  CHECK(openai.json()["error"]["message"].is_string());
+  CHECK(c.post(chat_path, openai_body(), {{"authorization", "Basic abc"}}).status == 401);
+
+  const auto no_key = c.post(messages_path, anthropic_body(), {{"anthropic-version", "2023-06-01"}});
+  CHECK(no_key.status == 401);
+  CHECK(no_key.json()["type"] == "error");
+  CHECK(no_key.json()["error"]["type"] == "authentication_error");
+  const auto no_version = c.post(messages_path, anthropic_body(), {{"x-api-key", "k"}});
+  CHECK(no_version.status == 401);
+  CHECK(no_version.json()["error"]["type"] == "authentication_error");
+
+  CHECK(server.stats()["by_status"]["401"] == 4);
+}
+
+TEST_CASE("a body that is not JSON gets 400 in the provider's error shape, the connection lives on") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  const auto openai = c.request("POST", chat_path, openai_auth(), "{\"model\": ");
+  CHECK(openai.status == 400);
+  CHECK(openai.json()["error"]["type"] == "invalid_request_error");
+  const auto anthropic = c.request("POST", messages_path, anthropic_auth(), "not json");
+  CHECK(anthropic.status == 400);
+  CHECK(anthropic.json()["type"] == "error");
+  CHECK(anthropic.json()["error"]["type"] == "invalid_request_error");
+  CHECK(c.post(chat_path, openai_body(), openai_auth()).status == 200);
+}
+
+TEST_CASE("unknown paths get 404 and GET /stats answers JSON") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  CHECK(c.post("/v1/embeddings", json::object(), openai_auth()).status == 404);
+  CHECK(c.request("GET", chat_path, openai_auth()).status == 404);
+  const auto stats = c.request("GET", "/stats");
+  REQUIRE(stats.status == 200);
+  CHECK(stats.json()["by_status"]["404"] == 2);
+}
+
+// --- rate limits ----------------------------------------------------------------------------
+
+TEST_CASE("the rpm bucket answers 429 with both header families, which laneq parses") {
+  MockConfig cfg;
+  cfg.rpm = 2;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+
+  SECTION("OpenAI") {
+    const auto first = c.post(chat_path, openai_body(), openai_auth("a"));
+    REQUIRE(first.status == 200);
+    auto info = parse_rate_limit_headers(first.headers, std::chrono::system_clock::now());
+    CHECK(info.requests.limit == 2);
+    CHECK(info.requests.remaining == 1);
+    REQUIRE(info.requests.reset_after);
+    CHECK(*info.requests.reset_after > 0ns);
+    CHECK(*info.requests.reset_after <= 60s);
+    CHECK(info.tokens.limit.has_value());  // the tokens headers come too (unlimited here)
+
+    REQUIRE(c.post(chat_path, openai_body(), openai_auth("a")).status == 200);
+    const auto limited = c.post(chat_path, openai_body(), openai_auth("a"));
+    REQUIRE(limited.status == 429);
+    CHECK(limited.json()["error"]["code"] == "rate_limit_exceeded");
+    CHECK(limited.json()["error"]["type"] == "requests");
+    info = parse_rate_limit_headers(limited.headers, std::chrono::system_clock::now());
+    CHECK(info.requests.remaining == 0);
+    // One request comes back every 30 s; the first was taken moments ago.
+    REQUIRE(info.retry_after);
+    CHECK(*info.retry_after > 25s);
+    CHECK(*info.retry_after <= 30s);
+    CHECK(limited.header("retry-after") == "30");
+
+    // Buckets are per API key.
+    CHECK(c.post(chat_path, openai_body(), openai_auth("b")).status == 200);
+  }
+  SECTION("Anthropic") {
+    REQUIRE(c.post(messages_path, anthropic_body(), anthropic_auth("a")).status == 200);
+    REQUIRE(c.post(messages_path, anthropic_body(), anthropic_auth("a")).status == 200);
+    const auto limited = c.post(messages_path, anthropic_body(), anthropic_auth("a"));
+    REQUIRE(limited.status == 429);
+    CHECK(limited.json()["type"] == "error");
+    CHECK(limited.json()["error"]["type"] == "rate_limit_error");
+    const auto info = parse_rate_limit_headers(limited.headers, std::chrono::system_clock::now());
+    CHECK(info.requests.limit == 2);
+    CHECK(info.requests.remaining == 0);
+    REQUIRE(info.requests.reset_after);  // RFC 3339, whole seconds rounded up
+    CHECK(*info.requests.reset_after > 55s);
+    CHECK(*info.requests.reset_after <= 61s);
+    CHECK(info.tokens.limit.has_value());
+    CHECK(info.input_tokens.limit.has_value());
+    CHECK(info.output_tokens.limit.has_value());
+    REQUIRE(info.retry_after);
+    CHECK(*info.retry_after > 25s);
+    CHECK(*info.retry_after <= 30s);
+  }
+  const auto s = server.stats();
+  CHECK(s["sent_429"] == 1);
+  CHECK(s["by_status"]["429"] == 1);
+}
+
+TEST_CASE("the tpm bucket charges prompt + max_tokens up front and takes back what was unused") {
+  MockConfig cfg;
+  cfg.tpm = 100;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  json body = openai_body("hi");  // 2 bytes: 1 prompt token
+  body["max_tokens"] = 50;        // charge 51; the answer uses 16, 34 come back
+
+  const auto first = c.post(chat_path, body, openai_auth());
+  REQUIRE(first.status == 200);
+  CHECK(first.header("x-ratelimit-limit-tokens") == "100");
+  CHECK(first.header("x-ratelimit-remaining-tokens") == "49");
+
+  // Same connection: the first call's refund happened before the second was read.
+  const auto second = c.post(chat_path, body, openai_auth());
+  REQUIRE(second.status == 200);
+  const auto remaining = std::stoi(second.header("x-ratelimit-remaining-tokens").value());
+  CHECK(remaining >= 32);  // 49 + 34 - 51, plus what refilled meanwhile
+  CHECK(remaining <= 34);
+
+  // 66 left once the second call gave back its 34; a charge of 91 is 25 short.
+  body["max_tokens"] = 90;
+  const auto limited = c.post(chat_path, body, openai_auth());
+  REQUIRE(limited.status == 429);
+  CHECK(limited.json()["error"]["type"] == "tokens");
+  const auto retry_ms = std::stoi(limited.header("retry-after-ms").value());
+  CHECK(retry_ms > 12'000);  // 25 tokens at 100 per minute: 15 s, less what refilled meanwhile
+  CHECK(retry_ms <= 15'000);
+
+  body["max_tokens"] = 500;  // more than the whole budget: it could never run
+  const auto too_large = c.post(chat_path, body, openai_auth());
+  REQUIRE(too_large.status == 429);
+  CHECK(too_large.json()["error"]["message"].get<std::string>().rfind("Request too large", 0) == 0);
+  CHECK_FALSE(too_large.header("retry-after").has_value());
+}
+
+TEST_CASE("with rate_limit_headers_on_429 off, a 429 carries no rate-limit headers") {
+  MockConfig cfg;
+  cfg.rpm = 1;
+  cfg.rate_limit_headers_on_429 = false;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  const auto ok = c.post(chat_path, openai_body(), openai_auth());
+  REQUIRE(ok.status == 200);
+  CHECK(ok.header("x-ratelimit-remaining-requests") == "0");
+  const auto limited = c.post(chat_path, openai_body(), openai_auth());
+  REQUIRE(limited.status == 429);
+  for (const auto& [name, value] : limited.headers) {
+    INFO(name);
+    CHECK(name.rfind("x-ratelimit-", 0) != 0);
+    CHECK(name.rfind("retry-after", 0) != 0);
+  }
+}
+
+// --- streams --------------------------------------------------------------------------------
+
+TEST_CASE("an OpenAI stream sends content chunks, a usage chunk with include_usage, then [DONE]") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  json body = openai_body("stream me");
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  const auto r = c.post(chat_path, body, openai_auth());
+  REQUIRE(r.status == 200);
+  CHECK(r.header("content-type") == "text/event-stream");
+  CHECK(r.chunked);
+  CHECK(r.complete);
+  const auto events = sse_events(r.body);
+  REQUIRE(events.size() >= 5);
+  CHECK(events.back().second == "[DONE]");
+  const auto usage_chunk = json::parse(events[events.size() - 2].second);
+  CHECK(usage_chunk["choices"].empty());
+  CHECK(usage_chunk["usage"]["completion_tokens"] == 16);
+  CHECK(usage_chunk["usage"]["total_tokens"] == usage_chunk["usage"]["prompt_tokens"].get<int>() + 16);
+  std::string text;
+  int content_chunks = 0;
+  for (std::size_t i = 0; i + 2 < events.size(); ++i) {
+    const auto chunk = json::parse(events[i].second);
+    CHECK(chunk["object"] == "chat.completion.chunk");
+    const auto& delta = chunk["choices"][0]["delta"];
+    if (delta.contains("content") && !delta["content"].get<std::string>().empty()) {
+      text += delta["content"].get<std::string>();
+      ++content_chunks;
+    }
+  }
+  CHECK(text == "mock reply to: stream me");
+  CHECK(content_chunks >= 3);
+  CHECK(json::parse(events[events.size() - 3].second)["choices"][0]["finish_reason"] == "stop");
+
+  body.erase("stream_options");  // without include_usage: no usage chunk
+  const auto plain = sse_events(c.post(chat_path, body, openai_auth()).body);
+  CHECK(plain.back().second == "[DONE]");
+  for (std::size_t i = 0; i + 1 < plain.size(); ++i)
+    CHECK_FALSE(json::parse(plain[i].second).contains("usage"));
+}
+
+TEST_CASE("an Anthropic stream sends its events in order, with a ping") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  json body = anthropic_body("stream me too");
+  body["stream"] = true;
+  const auto r = c.post(messages_path, body, anthropic_auth());
+  REQUIRE(r.status == 200);
+  CHECK(r.header("content-type") == "text/event-stream");
+  CHECK(r.complete);
+  const auto events = sse_events(r.body);
+  CHECK(event_names(events) == std::vector<std::string>{"message_start", "content_block_start", "ping",
+                                                        "content_block_delta", "content_block_stop",
+                                                        "message_delta", "message_stop"});
+  std::string text;
+  int deltas = 0;
+  for (const auto& [name, data] : events) {
+    const auto j = json::parse(data);
+    CHECK(j["type"] == name);  // every data object names its event
+    if (name == "message_start") CHECK(j["message"]["usage"]["input_tokens"] == 4);
+    if (name == "content_block_delta") {
+      CHECK(j["delta"]["type"] == "text_delta");
+      text += j["delta"]["text"].get<std::string>();
+      ++deltas;
+    }
+    if (name == "message_delta") {
+      CHECK(j["usage"]["output_tokens"] == 16);
+      CHECK(j["delta"]["stop_reason"] == "end_turn");
+    }
+  }
+  CHECK(text == "mock reply to: stream me too");
+  CHECK(deltas >= 3);
+}
+
+TEST_CASE("stream faults: an error event mid-stream, and streams cut before their final events") {
+  MockServerThread server;
+  server.script(laneq::mock::outcomes_from_json(
+      json::parse(R"([{"kind":"stream_error"},{"kind":"stream_cut"},{"kind":"stream_cut"}])")));
+
+  json anthropic = anthropic_body("faulty stream");
+  anthropic["stream"] = true;
+  {
+    HttpClient c(server.port());
+    const auto r = c.post(messages_path, anthropic, anthropic_auth());
+    REQUIRE(r.status == 200);
+    CHECK(r.complete);  // the body ends properly: the failure is in the events
+    const auto events = sse_events(r.body);
+    const auto names = event_names(events);
+    REQUIRE(names.size() >= 2);
+    CHECK(names.back() == "error");
+    CHECK(names[names.size() - 2] == "content_block_delta");  // after some content
+    CHECK(json::parse(events.back().second)["error"]["type"] == "overloaded_error");
+  }
+  {
+    HttpClient c(server.port());
+    const auto r = c.post(messages_path, anthropic, anthropic_auth());
+    REQUIRE(r.status == 200);
+    CHECK_FALSE(r.complete);
+    const auto names = event_names(sse_events(r.body));
+    CHECK(std::find(names.begin(), names.end(), "content_block_delta") != names.end());
+    CHECK(std::find(names.begin(), names.end(), "message_delta") == names.end());
+    CHECK(std::find(names.begin(), names.end(), "message_stop") == names.end());
+  }
+  {
+    json openai = openai_body("faulty stream");
+    openai["stream"] = true;
+    openai["stream_options"] = {{"include_usage", true}};
+    HttpClient c(server.port());
+    const auto r = c.post(chat_path, openai, openai_auth());
+    REQUIRE(r.status == 200);
+    CHECK_FALSE(r.complete);
+    const auto events = sse_events(r.body);
+    REQUIRE_FALSE(events.empty());
+    for (const auto& [name, data] : events) {
+      REQUIRE(data != "[DONE]");
+      const auto chunk = json::parse(data);
+      CHECK_FALSE(chunk["choices"].empty());      // no usage chunk
+      CHECK(chunk["choices"][0]["finish_reason"].is_null());
+    }
+  }
+  CHECK(server.stats()["injected"] == json{{"stream_cut", 2}, {"stream_error", 1}});
+}
+
+// --- scripted and random outcomes -----------------------------------------------------------
+
+TEST_CASE("scripted outcomes force an exact sequence of answers") {
+  MockServerThread server;
+  HttpClient control(server.port());
+  const auto queued = control.post("/control/script", json::parse(R"([
+      {"status": 429, "retry_after_ms": 300},
+      {"kind": "reset"},
+      {"status": 529},
+      {"kind": "insufficient_quota"},
+      {"kind": "too_large"},
+      {"kind": "error", "status": 503, "should_retry": false},
+      {"kind": "malformed"},
+      {"status": 429, "headers": false}
+  ])"));
+  REQUIRE(queued.status == 200);
+  CHECK(queued.json()["queued"] == 8);
+  CHECK(control.post("/control/script", json::parse(R"([{"kind": "nonsense"}])")).status == 400);
+
+  HttpClient c(server.port());
+  const auto limited = c.post(chat_path, openai_body(), openai_auth());
+  REQUIRE(limited.status == 429);
+  CHECK(limited.header("retry-after-ms") == "300");
+  CHECK(limited.header("retry-after") == "1");
+  CHECK(limited.json()["error"]["code"] == "rate_limit_exceeded");
+
+  const auto reset = c.post(chat_path, openai_body(), openai_auth());
+  CHECK(reset.status == 0);
+  CHECK(reset.error == asio::error::connection_reset);
+
+  HttpClient c2(server.port());
+  const auto overloaded = c2.post(messages_path, anthropic_body(), anthropic_auth());
+  CHECK(overloaded.status == 529);
+  CHECK(overloaded.json()["error"]["type"] == "overloaded_error");
+
+  const auto quota = c2.post(chat_path, openai_body(), openai_auth());
+  CHECK(quota.status == 429);
+  CHECK(quota.json()["error"]["code"] == "insufficient_quota");
+  CHECK(quota.json()["error"]["type"] == "insufficient_quota");
+
+  const auto too_large = c2.post(messages_path, anthropic_body(), anthropic_auth());
+  CHECK(too_large.status == 413);
+  CHECK(too_large.json()["error"]["type"] == "request_too_large");
+
+  const auto unavailable = c2.post(chat_path, openai_body(), openai_auth());
+  CHECK(unavailable.status == 503);
+  CHECK(unavailable.header("x-should-retry") == "false");
+
+  const auto malformed = c2.post(chat_path, openai_body(), openai_auth());
+  CHECK(malformed.status == 200);
+  CHECK(malformed.complete);
+  CHECK_FALSE(json::accept(malformed.body));
+
+  const auto bare = c2.post(chat_path, openai_body(), openai_auth());
+  CHECK(bare.status == 429);
+  CHECK_FALSE(bare.header("x-ratelimit-limit-requests").has_value());
+  CHECK_FALSE(bare.header("retry-after").has_value());
+
+  CHECK(c2.post(chat_path, openai_body(), openai_auth()).status == 200);  // script used up
+
+  const auto s = server.stats();
+  CHECK(s["resets"] == 1);
+  CHECK(s["sent_429"] == 3);
+  CHECK(s["sent_5xx"] == 2);
+  CHECK(s["injected"]["malformed"] == 1);
+  CHECK(s["requests"] == 9);
+}
+
+TEST_CASE("a stalled answer holds the call until the client gives up, which the server counts") {
+  MockServerThread server;
+  server.script({laneq::mock::MockOutcome{.kind = laneq::mock::OutcomeKind::stall}});
+  HttpClient c(server.port());
+  c.send("POST", chat_path, openai_auth(), openai_body().dump());
+  const auto head = c.read_head();
+  CHECK(head.status == 200);
+  REQUIRE(server.wait_stats([](const json& s) { return s["in_flight"] == 1 && s["injected"]["stall"] == 1; }));
+  CHECK(server.stats()["connections"]["closed_in_flight"] == 0);
+  c.close();
+  CHECK(server.wait_stats([](const json& s) {
+    return s["connections"]["closed_in_flight"] == 1 && s["in_flight"] == 0;
+  }));
+}
+
+TEST_CASE("a client that hangs up during the latency is counted at once, not after it") {
+  MockConfig cfg;
+  cfg.latency = 60s;  // the server would answer in a minute; stop() cuts it short at the end
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  c.send("POST", chat_path, openai_auth(), openai_body().dump());
+  REQUIRE(server.wait_stats([](const json& s) { return s["in_flight"] == 1; }));
+  c.close();
+  CHECK(server.wait_stats([](const json& s) { return s["connections"]["closed_in_flight"] == 1; }, 10s));
+  CHECK(server.stats()["by_status"].empty());  // nothing was sent
+}
+
+TEST_CASE("random injection is reproducible from the seed") {
+  const auto statuses = [](std::uint64_t seed) {
+    MockConfig cfg;
+    cfg.seed = seed;
+    cfg.error_rate_500 = 0.5;
+    cfg.should_retry = true;
+    MockServerThread server(cfg);
+    HttpClient c(server.port());
+    std::vector<int> out;
+    for (int i = 0; i < 24; ++i) {
+      const auto r = c.post(chat_path, openai_body(), openai_auth());
+      if (r.status == 500) {
+        CHECK(r.header("x-should-retry") == "true");
+        CHECK(r.json()["error"]["type"] == "server_error");
+      } else {
+        CHECK_FALSE(r.header("x-should-retry").has_value());  // only on errors
+      }
+      out.push_back(r.status);
+    }
+    CHECK(server.stats()["sent_5xx"] == std::count(out.begin(), out.end(), 500));
+    return out;
+  };
+  const auto a = statuses(7);
+  CHECK(a == statuses(7));
+  CHECK(a != statuses(8));
+  const auto failures = std::count(a.begin(), a.end(), 500);
+  CHECK(failures >= 4);
+  CHECK(failures <= 20);
+}
+
+// --- stats ----------------------------------------------------------------------------------
+
+TEST_CASE("/stats counts per model, priority, client, key and request id, 429s and the busiest second") {
+  MockServerThread server;
+  server.script({{}, {}, {}, {}, laneq::mock::MockOutcome{.kind = laneq::mock::OutcomeKind::rate_limit}});
+  HttpClient c(server.port());
+  const auto t0 = std::chrono::steady_clock::now();
+  c.post(chat_path, openai_body("a", "gpt-4o-mini"),
+         with(openai_auth("k1"), {{"x-priority", "high"}, {"x-client", "tenant-a"}, {"x-laneq-id", "id-1"}}));
+  c.post(chat_path, openai_body("b", "gpt-4o-mini"),
+         with(openai_auth("k1"), {{"x-priority", "low"}, {"x-client", "tenant-b"}, {"x-laneq-id", "id-1"}}));
+  c.post(messages_path, anthropic_body("c", "claude-x"),
+         with(anthropic_auth("k2"), {{"x-priority", "high"}, {"x-client", "tenant-a"}, {"x-request-id", "id-2"}}));
+  c.post(chat_path, openai_body("d", "gpt-4o"), with(openai_auth("k1"), {{"x-priority", "critical"}}));
+  const auto limited = c.post(chat_path, openai_body("e", "gpt-4o"), openai_auth("k3"));
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  CHECK(limited.status == 429);
+
+  const auto s = c.request("GET", "/stats").json();
+  CHECK(s["requests"] == 5);
+  CHECK(count(s, "by_path", chat_path) == 4);
+  CHECK(count(s, "by_path", messages_path) == 1);
+  CHECK(count(s, "by_model", "gpt-4o-mini") == 2);
+  CHECK(count(s, "by_model", "gpt-4o") == 2);
+  CHECK(count(s, "by_model", "claude-x") == 1);
+  CHECK(count(s, "by_priority", "high") == 2);
+  CHECK(count(s, "by_priority", "low") == 1);
+  CHECK(count(s, "by_priority", "critical") == 1);
+  CHECK(count(s, "by_client", "tenant-a") == 2);
+  CHECK(count(s, "by_client", "tenant-b") == 1);
+  CHECK(count(s, "by_api_key", "k1") == 3);
+  CHECK(count(s, "by_api_key", "k2") == 1);
+  CHECK(count(s, "by_request_id", "id-1") == 2);
+  CHECK(count(s, "by_request_id", "id-2") == 1);
+  CHECK(s["duplicate_request_ids"] == 1);
+  CHECK(s["sent_429"] == 1);
+  CHECK(count(s, "by_status", "200") == 4);
+  CHECK(s["usage"]["completion_tokens"] == 4 * 16);
+  CHECK(s["max_in_60s"] == 5);
+  if (elapsed < 900ms) CHECK(s["max_in_1s"] == 5);  // all five inside one second
+  CHECK(s["max_in_1s"] >= 1);
+  CHECK(s["peak_in_flight"] == 1);  // one connection, one call at a time
+  CHECK(s["connections"]["accepted"] == 1);
+  CHECK(s["connections"]["peak"] == 1);
+
+  REQUIRE(c.post("/control/reset", json::object()).status == 200);
+  const auto cleared = server.stats();
+  CHECK(cleared["requests"] == 0);
+  CHECK(cleared["by_model"].empty());
+  CHECK(cleared["max_in_1s"] == 0);
+  CHECK(cleared["connections"]["current"] == 1);  // still open
+}
+
+TEST_CASE("the busiest 1 s window counts concurrent callers on many connections") {
+  MockConfig cfg;
+  cfg.latency = 50ms;  // so the callers overlap
+  MockServerThread server(cfg);
+  std::vector<int> statuses(6, 0);
+  std::vector<std::thread> callers;
+  for (std::size_t i = 0; i < statuses.size(); ++i)
+    callers.emplace_back([&, i] {  // no Catch2 assertions off the main thread
+      HttpClient c(server.port());
+      statuses[i] = c.post(chat_path, openai_body(), openai_auth()).status;
+    });
+  for (auto& t : callers) t.join();
+  CHECK(statuses == std::vector<int>(6, 200));
+  const auto s = server.stats();
+  CHECK(s["requests"] == 6);
+  CHECK(s["connections"]["accepted"] == 6);
+  CHECK(s["max_in_1s"] >= 1);
+  CHECK(s["max_in_1s"] <= 6);
+  CHECK(s["max_in_60s"] == 6);
+  CHECK(s["peak_in_flight"] >= 1);
+  CHECK(s["connections"]["peak"] >= 1);
+}
+
+// --- in-process use and the program ---------------------------------------------------------
+
+TEST_CASE("MockServer runs on the caller's io_context (2 threads) and stop() lets run() return") {
+  asio::io_context io;
+  MockServer server(io, {});
+  server.start();
+  std::promise<void> done_a, done_b;
+  std::thread a([&] { io.run(); done_a.set_value(); });
+  std::thread b([&] { io.run(); done_b.set_value(); });
+  {
+    HttpClient c(server.port());
+    for (int i = 0; i < 3; ++i) CHECK(c.post(chat_path, openai_body(), openai_auth()).status == 200);
+    HttpClient idle(server.port());  // an open idle connection must not keep the server alive
+    CHECK(server.wait_stats([](const json& s) { return s["connections"]["current"] == 2; }));
+    server.stop();
+    const bool stopped = done_a.get_future().wait_for(10s) == std::future_status::ready &&
+                         done_b.get_future().wait_for(10s) == std::future_status::ready;
+    if (!stopped) io.stop();  // fail, don't hang
+    CHECK(stopped);
+  }
+  a.join();
+  b.join();
+  CHECK(server.stats()["requests"] == 3);
+}
+
+TEST_CASE("laneq-mock-api prints its port, answers, and exits cleanly on SIGTERM") {
+  Child child;
+  spawn(child, {"--rpm", "100", "--latency-ms", "1", "--seed=3"});
+  const auto line = read_fd(child.out, true, 10s);
+  std::smatch m;
+  REQUIRE(std::regex_match(line, m, std::regex(R"(laneq-mock-api listening on 127\.0\.0\.1:(\d+)\n)")));
+  const auto port = static_cast<unsigned short>(std::stoi(m[1]));
+  CHECK(port != 0);
+
+  HttpClient c(port);
+  const auto r = c.post(chat_path, openai_body(), openai_auth());
+  REQUIRE(r.status == 200);
+  CHECK(r.header("x-ratelimit-limit-requests") == "100");
+  CHECK(c.request("GET", "/stats").json()["requests"] == 1);
+
+  REQUIRE(::kill(child.pid, SIGTERM) == 0);
+  const auto status = wait_exit(child, 10s);
+  REQUIRE(status);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+  CHECK(read_fd(child.out, false, 1s).empty());  // exactly one line
+}
+
+TEST_CASE("laneq-mock-api rejects bad flags with a message and exit code 2") {
+  const auto run = [](std::vector<std::string> args) {
+    Child child;
+    spawn(child, std::move(args));
+    const auto err = read_fd(child.err, false, 10s);  // to EOF: the program ends
+    const auto status = wait_exit(child, 10s);
+    REQUIRE(status);
+    REQUIRE(WIFEXITED(*status));
+    return std::make_pair(WEXITSTATUS(*status), err);
+  };
+  auto [code, err] = run({"--bogus"});
+  CHECK(code == 2);
+  CHECK(err.find("--bogus") != std::string::npos);
+  std::tie(code, err) = run({"--rpm", "lots"});
+  CHECK(code == 2);
+  CHECK(err.find("--rpm") != std::string::npos);
+  std::tie(code, err) = run({"--error-rate-500", "1.5"});
+  CHECK(code == 2);
+  std::tie(code, err) = run({"--port"});
+  CHECK(code == 2);
+  std::tie(code, err) = run({"--help"});
+  CHECK(code == 0);
+}

@@ -1,0 +1,339 @@
+// OpenAIProvider and AnthropicProvider end to end: RequestQueue -> provider -> CurlTransport ->
+// the mock API server on 127.0.0.1, and back. Every outcome the mock can inject, through both.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "laneq/laneq.hpp"
+#include "mock_api/mock_server_thread.hpp"
+#include "support/run.hpp"
+
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+using laneq::errc;
+using laneq::mock::MockOutcome;
+using laneq::mock::OutcomeKind;
+using laneq::test::chat;
+using laneq::test::run;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+const std::string secret_key = "sk-secret-do-not-leak-0123456789";
+
+enum class Api { openai, anthropic };
+
+// One provider of the kind under test, pointed at the mock, with its transport.
+struct Client {
+  Client(asio::io_context& io, Api api, const laneq::mock::MockServerThread& mock)
+      : transport(io.get_executor()) {
+    if (api == Api::openai)
+      provider = std::make_unique<laneq::OpenAIProvider>(
+          transport, laneq::OpenAIConfig{.api_key = secret_key, .base_url = mock.base_url()});
+    else
+      provider = std::make_unique<laneq::AnthropicProvider>(
+          transport, laneq::AnthropicConfig{.api_key = secret_key, .base_url = mock.base_url()});
+  }
+  laneq::CurlTransport transport;
+  std::unique_ptr<laneq::Provider> provider;
+};
+
+laneq::QueueConfig fast_retries(std::size_t workers = 2) {
+  return {.workers = workers, .retry = {.max_attempts = 3, .base_delay = 5ms, .max_delay = 20ms}};
+}
+
+std::string api_name(Api a) { return a == Api::openai ? "openai" : "anthropic"; }
+
+}  // namespace
+
+TEST_CASE("both providers: success with text - usage and headers through the queue",
+          "[providers]") {
+  for (Api api : {Api::openai, Api::anthropic}) {
+    DYNAMIC_SECTION(api_name(api)) {
+      laneq::mock::MockServerThread mock({.completion_tokens = 7});
+      asio::io_context io;
+      Client c(io, api, mock);
+      laneq::RequestQueue queue(io.get_executor(), *c.provider, fast_retries());
+      queue.start();
+      run(io, [&]() -> asio::awaitable<void> {
+        laneq::Request req = chat("Tell me about lanes", 50);
+        req.messages.insert(req.messages.begin(), {"system", "be brief"});
+        laneq::Response r = co_await queue.submit(req);
+        CHECK(r.status == 200);
+        CHECK_THAT(r.text, Catch::Contains("mock reply"));
+        CHECK(r.usage.output_tokens == 7);
+        CHECK(r.usage.input_tokens > 0);
+        CHECK_FALSE(r.finish_reason.empty());
+        CHECK(r.raw.is_object());
+        CHECK(r.attempts == 1);
+        CHECK(r.header(api == Api::openai ? "x-ratelimit-limit-requests"
+                                          : "anthropic-ratelimit-requests-limit") != nullptr);
+        co_await queue.shutdown();
+      });
+      const auto stats = mock.stats();
+      CHECK(stats["by_path"][api == Api::openai ? "/v1/chat/completions" : "/v1/messages"] == 1);
+      CHECK(stats["by_model"]["sim-1"] == 1);
+    }
+  }
+}
+
+TEST_CASE("both providers: a 429 with headers pauses the limiter and the request succeeds later",
+          "[providers][retry]") {
+  for (Api api : {Api::openai, Api::anthropic}) {
+    DYNAMIC_SECTION(api_name(api)) {
+      laneq::mock::MockServerThread mock;
+      mock.script({MockOutcome{.kind = OutcomeKind::rate_limit, .retry_after_ms = 300ms}});
+      asio::io_context io;
+      Client c(io, api, mock);
+      laneq::RequestQueue queue(io.get_executor(), *c.provider, fast_retries(1));
+      queue.start();
+      run(io, [&]() -> asio::awaitable<void> {
+        const auto t0 = steady::now();
+        laneq::Response r = co_await queue.submit(chat());
+        CHECK(r.attempts == 2);
+        CHECK(steady::now() - t0 >= 300ms);
+        co_await queue.shutdown();
+      });
+      CHECK(mock.stats()["sent_429"] == 1);
+      const auto m = queue.metrics();
+      CHECK(m.total.rate_limited == 1);
+      CHECK(m.limiters.at(0).pauses == 1);
+    }
+  }
+}
+
+TEST_CASE("both providers: 500 and 529 are retried - 400 and quota are not", "[providers][retry]") {
+  for (Api api : {Api::openai, Api::anthropic}) {
+    DYNAMIC_SECTION(api_name(api)) {
+      laneq::mock::MockServerThread mock;
+      asio::io_context io;
+      Client c(io, api, mock);
+      laneq::RequestQueue queue(io.get_executor(), *c.provider, fast_retries(1));
+      queue.start();
+      run(io, [&]() -> asio::awaitable<void> {
+        mock.script({MockOutcome{.kind = OutcomeKind::error, .status = 500},
+                     MockOutcome{.kind = OutcomeKind::error, .status = 529,
+                                 .retry_after_ms = 10ms}});
+        auto [e1, r1] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+        CHECK_FALSE(e1);
+        CHECK(r1.attempts == 3);
+
+        mock.script({MockOutcome{.kind = OutcomeKind::error, .status = 400}});
+        auto [e2, r2] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+        CHECK(e2 == errc::bad_request);
+        CHECK(r2.status == 400);
+        CHECK(r2.attempts == 1);
+        CHECK_FALSE(r2.error_message.empty());
+
+        mock.script({MockOutcome{.kind = OutcomeKind::insufficient_quota}});
+        auto [e3, r3] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+        // OpenAI says insufficient_quota; Anthropic a 400 "credit balance is too low"
+        // (invalid_request_error). Neither is retried.
+        if (api == Api::openai)
+          CHECK(e3 == errc::quota_exceeded);
+        else
+          CHECK(e3 == errc::bad_request);
+        CHECK(r3.attempts == 1);
+
+        mock.script({MockOutcome{.kind = OutcomeKind::too_large}});
+        auto [e4, r4] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+        CHECK(e4 == errc::request_too_large);
+        CHECK(r4.attempts == 1);
+        co_await queue.shutdown();
+      });
+    }
+  }
+}
+
+TEST_CASE("both providers: a connection reset is retried - malformed JSON is malformed_response",
+          "[providers]") {
+  for (Api api : {Api::openai, Api::anthropic}) {
+    DYNAMIC_SECTION(api_name(api)) {
+      laneq::mock::MockServerThread mock;
+      asio::io_context io;
+      Client c(io, api, mock);
+      laneq::RequestQueue queue(io.get_executor(), *c.provider, fast_retries(1));
+      queue.start();
+      run(io, [&]() -> asio::awaitable<void> {
+        mock.script({MockOutcome{.kind = OutcomeKind::reset}});
+        auto [e1, r1] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+        CHECK_FALSE(e1);
+        CHECK(r1.attempts == 2);
+
+        // curl itself retries once when a reused connection dies before answering, so an
+        // attempt may take two resets: six cover three attempts; the rest is cleared after.
+        mock.script(std::vector<MockOutcome>(6, MockOutcome{.kind = OutcomeKind::reset}));
+        auto [e2, r2] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+        CHECK(e2 == errc::network);
+        CHECK(r2.attempts == 3);
+        CHECK_FALSE(r2.error_message.empty());
+        mock.reset();
+
+        mock.script({MockOutcome{.kind = OutcomeKind::malformed}});
+        auto [e3, r3] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+        CHECK(e3 == errc::malformed_response);
+        CHECK(r3.status == 200);
+        CHECK(r3.attempts == 1);
+        co_await queue.shutdown();
+      });
+    }
+  }
+}
+
+TEST_CASE("both providers: a stalled body ends at the deadline with timeout", "[providers]") {
+  for (Api api : {Api::openai, Api::anthropic}) {
+    DYNAMIC_SECTION(api_name(api)) {
+      laneq::mock::MockServerThread mock;
+      mock.script({MockOutcome{.kind = OutcomeKind::stall}});
+      asio::io_context io;
+      Client c(io, api, mock);
+      laneq::RequestQueue queue(io.get_executor(), *c.provider, fast_retries(1));
+      queue.start();
+      run(io, [&]() -> asio::awaitable<void> {
+        const auto t0 = steady::now();
+        auto [ec, r] = co_await queue.async_submit(chat(), {.timeout = 400ms}, tuple_awaitable);
+        CHECK(ec == errc::timeout);
+        CHECK(steady::now() - t0 < 3s);
+        co_await queue.shutdown();
+      });
+      CHECK(mock.wait_stats([](const nlohmann::json& s) {
+        return s["connections"]["closed_in_flight"].get<int>() >= 1;
+      }));
+    }
+  }
+}
+
+TEST_CASE("both providers: cancelling in flight closes the connection the mock sees",
+          "[providers]") {
+  for (Api api : {Api::openai, Api::anthropic}) {
+    DYNAMIC_SECTION(api_name(api)) {
+      laneq::mock::MockServerThread mock({.latency = 5s});
+      asio::io_context io;
+      Client c(io, api, mock);
+      laneq::RequestQueue queue(io.get_executor(), *c.provider, fast_retries(1));
+      queue.start();
+      run(io, [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(io, 200ms);
+        auto res = co_await (queue.async_submit(chat(), {}, tuple_awaitable) ||
+                             t.async_wait(asio::use_awaitable));
+        CHECK(res.index() == 1);
+        co_await queue.shutdown();
+      });
+      CHECK(queue.metrics().total.cancelled == 1);
+      CHECK(mock.wait_stats([](const nlohmann::json& s) {
+        return s["connections"]["closed_in_flight"].get<int>() >= 1;
+      }));
+    }
+  }
+}
+
+TEST_CASE("both providers: streaming delivers deltas as they arrive and the usage at the end",
+          "[providers][stream]") {
+  for (Api api : {Api::openai, Api::anthropic}) {
+    DYNAMIC_SECTION(api_name(api)) {
+      laneq::mock::MockServerThread mock({.stream_chunk_delay = 5ms, .completion_tokens = 12});
+      asio::io_context io;
+      Client c(io, api, mock);
+      laneq::RequestQueue queue(io.get_executor(), *c.provider, fast_retries(1));
+      queue.start();
+      std::vector<std::string> deltas;
+      run(io, [&]() -> asio::awaitable<void> {
+        laneq::Request req = chat("stream to me please", 64);
+        req.stream = true;
+        req.on_delta = [&](std::string_view d) { deltas.emplace_back(d); };
+        laneq::Response r = co_await queue.submit(req);
+        CHECK(r.status == 200);
+        CHECK(r.usage.output_tokens == 12);
+        CHECK(r.usage.input_tokens > 0);
+        std::string joined;
+        for (auto& d : deltas) joined += d;
+        CHECK(joined == r.text);
+        CHECK_THAT(r.text, Catch::Contains("mock reply"));
+        co_await queue.shutdown();
+      });
+      CHECK(deltas.size() > 1);
+    }
+  }
+}
+
+TEST_CASE("both providers: a stream cut mid-way or an error event is an error - never a success",
+          "[providers][stream]") {
+  for (Api api : {Api::openai, Api::anthropic}) {
+    DYNAMIC_SECTION(api_name(api)) {
+      laneq::mock::MockServerThread mock;
+      asio::io_context io;
+      Client c(io, api, mock);
+      laneq::QueueConfig cfg = fast_retries(1);
+      cfg.retry.max_attempts = 1;
+      laneq::RequestQueue queue(io.get_executor(), *c.provider, cfg);
+      queue.start();
+      run(io, [&]() -> asio::awaitable<void> {
+        laneq::Request req = chat("stream", 64);
+        req.stream = true;
+        mock.script({MockOutcome{.kind = OutcomeKind::stream_cut}});
+        auto [e1, r1] = co_await queue.async_submit(req, {}, tuple_awaitable);
+        CHECK(e1 == errc::network);
+        mock.script({MockOutcome{.kind = OutcomeKind::stream_error}});
+        auto [e2, r2] = co_await queue.async_submit(req, {}, tuple_awaitable);
+        CHECK(e2);
+        CHECK(e2 != errc::network);
+        CHECK_FALSE(r2.error_message.empty());
+        co_await queue.shutdown();
+      });
+    }
+  }
+}
+
+TEST_CASE("API keys never appear in errors - no key and no base URL is a clear config error",
+          "[providers]") {
+  laneq::mock::MockServerThread mock;
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  // A wrong key against a server that checks it: 401 -> auth.
+  laneq::OpenAIProvider openai(transport, {.api_key = secret_key, .base_url = mock.base_url()});
+  laneq::RequestQueue queue(io.get_executor(), openai, fast_retries(1));
+  queue.start();
+  mock.script({MockOutcome{.kind = OutcomeKind::error, .status = 401}});
+  run(io, [&]() -> asio::awaitable<void> {
+    try {
+      co_await queue.submit(chat());
+      FAIL("expected auth failure");
+    } catch (const laneq::RequestError& e) {
+      CHECK(e.code() == errc::auth);
+      CHECK_THAT(std::string(e.what()), !Catch::Contains(secret_key));
+      CHECK_THAT(e.response().error_message, !Catch::Contains(secret_key));
+      CHECK(e.response().raw.dump().find(secret_key) == std::string::npos);
+    }
+    co_await queue.shutdown();
+  });
+  CHECK(laneq::to_prometheus(queue.metrics()).find(secret_key) == std::string::npos);
+
+  ::unsetenv("OPENAI_API_KEY");
+  ::unsetenv("OPENAI_BASE_URL");
+  ::unsetenv("ANTHROPIC_API_KEY");
+  ::unsetenv("ANTHROPIC_BASE_URL");
+  try {
+    laneq::OpenAIProvider p(transport);
+    FAIL("accepted no key");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_config);
+    CHECK_THAT(e.what(), Catch::Contains("OPENAI_API_KEY"));
+  }
+  CHECK_THROWS_WITH(laneq::AnthropicProvider(transport), Catch::Contains("ANTHROPIC_API_KEY"));
+  // Environment variables are read when the config leaves them empty.
+  ::setenv("ANTHROPIC_API_KEY", "k", 1);
+  ::setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/", 1);
+  laneq::AnthropicProvider from_env(transport);
+  CHECK(from_env.url() == "http://127.0.0.1:9/v1/messages");
+  ::unsetenv("ANTHROPIC_API_KEY");
+  ::unsetenv("ANTHROPIC_BASE_URL");
+  laneq::OpenAIProvider sdk_style(transport, {.base_url = "http://127.0.0.1:9/v1"});
+  CHECK(sdk_style.url() == "http://127.0.0.1:9/v1/chat/completions");
+}

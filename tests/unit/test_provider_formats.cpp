@@ -1,0 +1,656 @@
+// OpenAI and Anthropic wire formats: request bodies, response and error parsing (every row of the
+// error mapping), and the streaming accumulators fed through the SSE parser.
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "laneq/error.hpp"
+#include "laneq/providers/anthropic_format.hpp"
+#include "laneq/providers/openai_format.hpp"
+#include "laneq/sse.hpp"
+
+using laneq::errc;
+using laneq::Headers;
+using laneq::Request;
+using laneq::Response;
+using laneq::SseEvent;
+using laneq::SseParser;
+using json = nlohmann::json;
+
+namespace {
+
+std::error_code err(errc e) { return laneq::make_error_code(e); }
+
+Request chat(bool stream = false) {
+  Request r;
+  r.model = "m-1";
+  r.messages = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye?"}};
+  r.stream = stream;
+  return r;
+}
+
+json openai_body(const Request& r) { return json::parse(laneq::openai::request_body(r)); }
+json anthropic_body(const Request& r, std::int32_t fallback = laneq::anthropic::default_max_tokens) {
+  return json::parse(laneq::anthropic::request_body(r, fallback));
+}
+
+// Feeds `stream` through an SseParser in chunks of `chunk` bytes into `acc`.
+template <class Acc>
+void run_stream(Acc& acc, std::string_view stream, std::size_t chunk = 7) {
+  SseParser parser;
+  for (std::size_t i = 0; i < stream.size(); i += chunk)
+    parser.feed(stream.substr(i, chunk), [&](const SseEvent& e) { acc.on_event(e); });
+  REQUIRE_FALSE(parser.failed());
+}
+
+std::string sse_data(std::string_view data) { return "data: " + std::string(data) + "\n\n"; }
+std::string sse_event(std::string_view name, std::string_view data) {
+  return "event: " + std::string(name) + "\n" + sse_data(data);
+}
+
+// ---- OpenAI fixtures, shaped like the real API's ----
+
+const std::string openai_success = R"({
+  "id": "chatcmpl-9abc", "object": "chat.completion", "created": 1714566896,
+  "model": "gpt-4o-mini-2024-07-18",
+  "choices": [{"index": 0,
+               "message": {"role": "assistant", "content": "Hello there!", "refusal": null},
+               "logprobs": null, "finish_reason": "stop"}],
+  "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15,
+            "prompt_tokens_details": {"cached_tokens": 0}},
+  "system_fingerprint": "fp_44709d6fcb"})";
+
+std::string openai_error(std::string_view message, std::string_view type, std::string_view code) {
+  json e = {{"error", {{"message", message}, {"type", type}, {"param", nullptr}}}};
+  e["error"]["code"] = code.empty() ? json(nullptr) : json(code);
+  return e.dump();
+}
+
+std::string openai_chunk(std::string_view choices, std::string_view usage = "null") {
+  return sse_data(R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1714566896,)"
+                  R"("model":"gpt-4o-mini","choices":)" + std::string(choices) +
+                  R"(,"usage":)" + std::string(usage) + "}");
+}
+
+std::string openai_delta(std::string_view content) {
+  return openai_chunk(R"([{"index":0,"delta":{"content":)" + json(content).dump() +
+                      R"(},"logprobs":null,"finish_reason":null}])");
+}
+
+const std::string openai_stream_head =
+    openai_chunk(R"([{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}])") +
+    openai_delta("Hel") + openai_delta("lo, ") + openai_delta("world");
+const std::string openai_stream_finish =
+    openai_chunk(R"([{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}])");
+const std::string openai_stream_usage =
+    openai_chunk("[]", R"({"prompt_tokens":9,"completion_tokens":4,"total_tokens":13})");
+const std::string openai_stream_done = "data: [DONE]\n\n";
+
+// ---- Anthropic fixtures ----
+
+const std::string anthropic_success = R"({
+  "id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", "role": "assistant",
+  "model": "claude-3-5-sonnet-20241022",
+  "content": [{"type": "text", "text": "Hello"},
+              {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}},
+              {"type": "text", "text": ", world"}],
+  "stop_reason": "tool_use", "stop_sequence": null,
+  "usage": {"input_tokens": 100, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 300,
+            "output_tokens": 42}})";
+
+std::string anthropic_error(std::string_view type, std::string_view message) {
+  return json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}}.dump();
+}
+
+const std::string anthropic_stream_head =
+    sse_event("message_start",
+              R"({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant",)"
+              R"("content":[],"model":"claude-3-5-sonnet-20241022","stop_reason":null,"stop_sequence":null,)"
+              R"("usage":{"input_tokens":25,"cache_creation_input_tokens":10,"cache_read_input_tokens":5,"output_tokens":1}}})") +
+    sse_event("content_block_start",
+              R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})") +
+    sse_event("ping", R"({"type": "ping"})") +
+    sse_event("content_block_delta",
+              R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}})") +
+    sse_event("content_block_delta",
+              R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":", world"}})");
+const std::string anthropic_stream_tail =
+    sse_event("content_block_stop", R"({"type":"content_block_stop","index":0})") +
+    sse_event("message_delta",
+              R"({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}})") +
+    sse_event("message_stop", R"({"type":"message_stop"})");
+
+}  // namespace
+
+// ============================== request bodies ==============================
+
+TEST_CASE("the OpenAI body has model and every message in order, system included") {
+  const json b = openai_body(chat());
+  CHECK(b["model"] == "m-1");
+  REQUIRE(b["messages"].size() == 4);
+  CHECK(b["messages"][0] == json{{"role", "system"}, {"content", "Be brief."}});
+  CHECK(b["messages"][3] == json{{"role", "user"}, {"content", "Bye?"}});
+  CHECK_FALSE(b.contains("max_tokens"));
+  CHECK_FALSE(b.contains("stream"));
+  CHECK_FALSE(b.contains("stream_options"));
+}
+
+TEST_CASE("the OpenAI body sends max_tokens only when positive") {
+  Request r = chat();
+  r.max_tokens = 256;
+  CHECK(openai_body(r)["max_tokens"] == 256);
+  r.max_tokens = -5;
+  CHECK_FALSE(openai_body(r).contains("max_tokens"));
+}
+
+TEST_CASE("a streamed OpenAI body asks for the usage chunk") {
+  const json b = openai_body(chat(true));
+  CHECK(b["stream"] == true);
+  CHECK(b["stream_options"] == json{{"include_usage", true}});
+}
+
+TEST_CASE("OpenAI extra fields are merged in and win, except stream which follows Request::stream") {
+  Request r = chat(true);
+  r.max_tokens = 100;
+  r.extra = {{"temperature", 0.2}, {"max_tokens", 7}, {"model", "m-2"},
+             {"stream_options", {{"include_usage", false}}}, {"stream", false}};
+  const json b = openai_body(r);
+  CHECK(b["temperature"] == 0.2);
+  CHECK(b["max_tokens"] == 7);
+  CHECK(b["model"] == "m-2");
+  CHECK(b["stream_options"]["include_usage"] == false);
+  CHECK(b["stream"] == true);
+
+  Request plain = chat();
+  plain.extra = {{"stream", true}, {"max_completion_tokens", 50}};
+  const json p = openai_body(plain);
+  CHECK_FALSE(p.contains("stream"));
+  CHECK(p["max_completion_tokens"] == 50);
+}
+
+TEST_CASE("a non-object extra is a programming error for both providers; null adds nothing") {
+  for (const json& bad : {json::array({1}), json("x"), json(3), json(true)}) {
+    Request r = chat();
+    r.extra = bad;
+    CHECK_THROWS_AS(laneq::openai::request_body(r), std::invalid_argument);
+    CHECK_THROWS_AS(laneq::anthropic::request_body(r), std::invalid_argument);
+  }
+  CHECK(openai_body(chat()).size() == 2);  // model, messages
+  CHECK(anthropic_body(chat()).size() == 4);  // model, max_tokens, system, messages
+}
+
+TEST_CASE("invalid UTF-8 in a message is replaced, not thrown") {
+  Request r = chat();
+  r.messages = {{"user", "bad \xFF byte"}};
+  const json o = openai_body(r);
+  CHECK(o["messages"][0]["content"] == "bad \xEF\xBF\xBD byte");
+  const json a = anthropic_body(r);
+  CHECK(a["messages"][0]["content"] == "bad \xEF\xBF\xBD byte");
+}
+
+TEST_CASE("the Anthropic body moves system messages to the top-level system, joined") {
+  Request r = chat();
+  r.messages.push_back({"system", "Answer in French."});
+  const json b = anthropic_body(r);
+  CHECK(b["system"] == "Be brief.\n\nAnswer in French.");
+  REQUIRE(b["messages"].size() == 3);
+  CHECK(b["messages"][0] == json{{"role", "user"}, {"content", "Hi"}});
+  CHECK(b["messages"][1] == json{{"role", "assistant"}, {"content", "Hello"}});
+  CHECK(b["messages"][2] == json{{"role", "user"}, {"content", "Bye?"}});
+
+  Request no_system;
+  no_system.model = "m";
+  no_system.messages = {{"user", "Hi"}};
+  CHECK_FALSE(anthropic_body(no_system).contains("system"));
+
+  Request empty_system = no_system;  // an empty system prompt is still sent as given
+  empty_system.messages.insert(empty_system.messages.begin(), {"system", ""});
+  CHECK(anthropic_body(empty_system)["system"] == "");
+}
+
+TEST_CASE("the Anthropic body always has max_tokens: the request's, else the fallback") {
+  Request r = chat();
+  CHECK(anthropic_body(r)["max_tokens"] == 4096);
+  CHECK(laneq::anthropic::default_max_tokens == 4096);
+  CHECK(anthropic_body(r, 1000)["max_tokens"] == 1000);
+  r.max_tokens = 300;
+  CHECK(anthropic_body(r, 1000)["max_tokens"] == 300);
+  CHECK_THROWS_AS(laneq::anthropic::request_body(r, 0), std::invalid_argument);
+}
+
+TEST_CASE("the Anthropic body streams only when asked, and extra wins except for stream") {
+  CHECK_FALSE(anthropic_body(chat()).contains("stream"));
+  CHECK(anthropic_body(chat(true))["stream"] == true);
+  CHECK_FALSE(anthropic_body(chat(true)).contains("stream_options"));
+
+  Request r = chat(true);
+  r.extra = {{"system", json::array({{{"type", "text"}, {"text", "cached"},
+                                      {"cache_control", {{"type", "ephemeral"}}}}})},
+             {"max_tokens", 5}, {"stream", false}, {"temperature", 0}};
+  const json b = anthropic_body(r);
+  CHECK(b["system"][0]["text"] == "cached");
+  CHECK(b["max_tokens"] == 5);
+  CHECK(b["stream"] == true);
+  CHECK(b["temperature"] == 0);
+}
+
+// ============================== OpenAI responses ==============================
+
+TEST_CASE("an OpenAI completion fills text, usage, finish reason, status, headers and raw") {
+  const Headers h{{"x-request-id", "req_1"}, {"x-ratelimit-remaining-requests", "99"}};
+  Response out;
+  out.attempts = 3;  // the queue's field: left alone
+  const std::error_code ec = laneq::openai::parse_response(200, h, openai_success, out);
+  CHECK_FALSE(ec);
+  CHECK(out.status == 200);
+  CHECK(out.text == "Hello there!");
+  CHECK(out.usage.input_tokens == 12);
+  CHECK(out.usage.output_tokens == 3);
+  CHECK(out.finish_reason == "stop");
+  CHECK(out.headers == h);
+  CHECK(out.raw["id"] == "chatcmpl-9abc");
+  CHECK(out.error_type.empty());
+  CHECK(out.attempts == 3);
+}
+
+TEST_CASE("an OpenAI completion with null content (tool calls) succeeds with empty text") {
+  const std::string body = R"({"choices":[{"index":0,"message":{"role":"assistant","content":null,
+    "tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+    "finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":7}})";
+  Response out;
+  out.text = "stale";
+  CHECK_FALSE(laneq::openai::parse_response(200, {}, body, out));
+  CHECK(out.text.empty());
+  CHECK(out.finish_reason == "tool_calls");
+  CHECK(out.usage.total() == 12);
+}
+
+TEST_CASE("an OpenAI 2xx that is not a completion is malformed_response") {
+  for (const char* body : {"", "not json", "[1,2]", "{}", R"({"choices": []})",
+                           R"({"choices": {}})", R"({"choices": [1]})", R"({"choices": [{}]})",
+                           R"({"choices": [{"message": {"content": 5}}]})",
+                           R"({"choices": [{"message": "hi"}]})", "{\"choices\": [{\"message\": {\"content\": \"x\"}}]"}) {
+    INFO(body);
+    Response out;
+    CHECK(laneq::openai::parse_response(200, {}, body, out) == err(errc::malformed_response));
+    CHECK(out.status == 200);
+  }
+  Response out;
+  CHECK(laneq::openai::parse_response(200, {}, "<html>", out) == err(errc::malformed_response));
+  CHECK(out.raw.is_null());
+}
+
+TEST_CASE("an OpenAI error body in a 2xx is mapped by its words, not called malformed") {
+  Response out;
+  CHECK(laneq::openai::parse_response(200, {}, openai_error("The server had an error", "server_error", ""), out) ==
+        err(errc::server_error));
+  CHECK(out.error_type == "server_error");
+  CHECK(out.error_message == "The server had an error");
+}
+
+TEST_CASE("OpenAI error statuses map to laneq codes with the provider's type and message") {
+  struct Row {
+    int status;
+    std::string body;
+    errc want;
+    std::string type;
+  };
+  const std::vector<Row> rows{
+      {400, openai_error("This model's maximum context length is 8192 tokens.", "invalid_request_error", "context_length_exceeded"),
+       errc::bad_request, "context_length_exceeded"},
+      {400, openai_error("'messages' is a required property", "invalid_request_error", ""), errc::bad_request, "invalid_request_error"},
+      {404, openai_error("The model `gpt-9` does not exist", "invalid_request_error", "model_not_found"), errc::bad_request, "model_not_found"},
+      {422, openai_error("Unprocessable", "invalid_request_error", ""), errc::bad_request, "invalid_request_error"},
+      {401, openai_error("Incorrect API key provided: sk-***.", "invalid_request_error", "invalid_api_key"), errc::auth, "invalid_api_key"},
+      {403, openai_error("Country, region, or territory not supported", "request_forbidden", "unsupported_country_region_territory"), errc::auth,
+       "unsupported_country_region_territory"},
+      {413, openai_error("Request entity too large", "invalid_request_error", ""), errc::request_too_large, "invalid_request_error"},
+      {429, openai_error("Rate limit reached for gpt-4o in organization org-1 on requests per min (RPM): Limit 500, Used 500, Requested 1.",
+                         "requests", "rate_limit_exceeded"), errc::rate_limited, "rate_limit_exceeded"},
+      {429, openai_error("You exceeded your current quota, please check your plan and billing details.", "insufficient_quota",
+                         "insufficient_quota"), errc::quota_exceeded, "insufficient_quota"},
+      {429, openai_error("You exceeded your current quota.", "insufficient_quota", ""), errc::quota_exceeded, "insufficient_quota"},
+      {429, openai_error("Request too large for gpt-4o in organization org-1 on tokens per min (TPM): Limit 30000, Requested 50000.",
+                         "tokens", "rate_limit_exceeded"), errc::request_too_large, "rate_limit_exceeded"},
+      {503, openai_error("The engine is currently overloaded, please try again later", "server_error", ""), errc::overloaded, "server_error"},
+      {529, "", errc::overloaded, ""},
+      {500, openai_error("The server had an error while processing your request.", "server_error", ""), errc::server_error, "server_error"},
+      {502, "<html><body>Bad gateway</body></html>", errc::server_error, ""},
+      {504, "", errc::server_error, ""},
+      {408, "", errc::server_error, ""},
+      {409, "", errc::server_error, ""},
+      {418, "", errc::bad_request, ""},
+      {302, "", errc::malformed_response, ""},
+      {0, "", errc::malformed_response, ""},
+      {0, openai_error("boom", "server_error", ""), errc::malformed_response, "server_error"},
+      {101, openai_error("You exceeded your current quota.", "insufficient_quota", ""), errc::malformed_response,
+       "insufficient_quota"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.status << " " << row.body);
+    Response out;
+    out.text = "stale";
+    CHECK(laneq::openai::parse_response(row.status, {}, row.body, out) == err(row.want));
+    CHECK(out.status == row.status);
+    CHECK(out.error_type == row.type);
+    CHECK(out.text.empty());
+    if (json::accept(row.body)) CHECK(out.error_message == json::parse(row.body)["error"]["message"]);
+  }
+}
+
+TEST_CASE("a non-JSON error body is kept, truncated, as the error message") {
+  Response out;
+  CHECK(laneq::openai::parse_response(502, {}, "<html>Bad gateway</html>", out) == err(errc::server_error));
+  CHECK(out.error_message == "<html>Bad gateway</html>");
+  CHECK(out.raw.is_null());
+  const std::string huge(5000, 'x');
+  CHECK(laneq::anthropic::parse_response(500, {}, huge, out) == err(errc::server_error));
+  CHECK(out.error_message == huge.substr(0, 512));
+}
+
+TEST_CASE("OpenAI error codes without a status (an error chunk in a stream) follow the body") {
+  using laneq::openai::error_code_for;
+  CHECK(error_code_for(0, "insufficient_quota", "", "") == err(errc::quota_exceeded));
+  CHECK(error_code_for(0, "tokens", "rate_limit_exceeded", "Request too large for gpt-4o") == err(errc::request_too_large));
+  CHECK(error_code_for(0, "requests", "rate_limit_exceeded", "Rate limit reached") == err(errc::rate_limited));
+  CHECK(error_code_for(0, "invalid_request_error", "context_length_exceeded", "") == err(errc::bad_request));
+  CHECK(error_code_for(0, "invalid_request_error", "invalid_api_key", "") == err(errc::auth));
+  CHECK(error_code_for(0, "", "invalid_api_key", "") == err(errc::auth));
+  CHECK(error_code_for(0, "server_error", "", "") == err(errc::server_error));
+  CHECK(error_code_for(0, "", "", "") == err(errc::server_error));
+  // A quota error is billing whatever status carries it.
+  CHECK(error_code_for(400, "insufficient_quota", "", "") == err(errc::quota_exceeded));
+  // "Request too large" only turns a 429 into request_too_large; a 400 stays bad_request.
+  CHECK(error_code_for(400, "", "", "Request too large") == err(errc::bad_request));
+}
+
+TEST_CASE("parse_response overwrites everything a reused Response carried from a success") {
+  Response out;
+  REQUIRE_FALSE(laneq::openai::parse_response(200, {{"a", "b"}}, openai_success, out));
+  CHECK(laneq::openai::parse_response(429, {}, openai_error("slow down", "requests", "rate_limit_exceeded"), out) ==
+        err(errc::rate_limited));
+  CHECK(out.text.empty());
+  CHECK(out.usage.total() == 0);
+  CHECK(out.finish_reason.empty());
+  CHECK(out.headers.empty());
+  CHECK(out.raw.contains("error"));
+  REQUIRE_FALSE(laneq::openai::parse_response(200, {}, openai_success, out));
+  CHECK(out.error_type.empty());
+  CHECK(out.error_message.empty());
+}
+
+// ============================== Anthropic responses ==============================
+
+TEST_CASE("an Anthropic message joins its text blocks and counts cache tokens as input") {
+  const Headers h{{"anthropic-ratelimit-requests-remaining", "49"}};
+  Response out;
+  CHECK_FALSE(laneq::anthropic::parse_response(200, h, anthropic_success, out));
+  CHECK(out.status == 200);
+  CHECK(out.text == "Hello, world");
+  CHECK(out.usage.input_tokens == 100 + 20 + 300);
+  CHECK(out.usage.output_tokens == 42);
+  CHECK(out.finish_reason == "tool_use");
+  CHECK(out.headers == h);
+  CHECK(out.raw["id"] == "msg_01XFDUDYJgAACzvnptvVoYEL");
+}
+
+TEST_CASE("an Anthropic message with only non-text blocks succeeds with empty text") {
+  Response out;
+  CHECK_FALSE(laneq::anthropic::parse_response(
+      200, {}, R"({"type":"message","content":[{"type":"thinking","thinking":"hmm","signature":"s"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2}})",
+      out));
+  CHECK(out.text.empty());
+  CHECK(out.usage.total() == 3);
+}
+
+TEST_CASE("an Anthropic 2xx that is not a message is malformed_response") {
+  for (const char* body : {"", "nope", "[]", "{}", R"({"content": "text"})", R"({"content": [1]})",
+                           R"({"content": [{"type": "text"}]})", R"({"content": [{"type": "text", "text": 3}]})",
+                           R"({"type":"message","content":[)"}) {
+    INFO(body);
+    Response out;
+    CHECK(laneq::anthropic::parse_response(200, {}, body, out) == err(errc::malformed_response));
+  }
+}
+
+TEST_CASE("Anthropic error statuses and types map to laneq codes with type and message") {
+  struct Row {
+    int status;
+    std::string type;
+    errc want;
+  };
+  const std::vector<Row> rows{
+      {400, "invalid_request_error", errc::bad_request},
+      {401, "authentication_error", errc::auth},
+      {403, "permission_error", errc::auth},
+      {404, "not_found_error", errc::bad_request},
+      {413, "request_too_large", errc::request_too_large},
+      {429, "rate_limit_error", errc::rate_limited},
+      {500, "api_error", errc::server_error},
+      {504, "timeout_error", errc::server_error},
+      {529, "overloaded_error", errc::overloaded},
+      {503, "api_error", errc::overloaded},
+      {500, "overloaded_error", errc::overloaded},         // the type says more than a proxy's status
+      {400, "request_too_large", errc::request_too_large},
+      {402, "billing_error", errc::quota_exceeded},
+      {408, "timeout_error", errc::server_error},
+      {409, "api_error", errc::server_error},
+      {451, "some_new_error", errc::bad_request},
+      {200, "overloaded_error", errc::overloaded},          // an error body in a 2xx
+      {200, "rate_limit_error", errc::rate_limited},
+      {200, "api_error", errc::server_error},
+  };
+  for (const Row& row : rows) {
+    INFO(row.status << " " << row.type);
+    Response out;
+    const std::string message = "message for " + row.type;
+    CHECK(laneq::anthropic::parse_response(row.status, {{"request-id", "req_1"}},
+                                           anthropic_error(row.type, message), out) == err(row.want));
+    CHECK(out.status == row.status);
+    CHECK(out.error_type == row.type);
+    CHECK(out.error_message == message);
+    CHECK(out.header("Request-Id") != nullptr);
+  }
+  Response out;  // no body at all: the status decides
+  CHECK(laneq::anthropic::parse_response(529, {}, "", out) == err(errc::overloaded));
+  CHECK(laneq::anthropic::parse_response(401, {}, "", out) == err(errc::auth));
+  CHECK(laneq::anthropic::parse_response(413, {}, "<html>413</html>", out) == err(errc::request_too_large));
+  CHECK(laneq::anthropic::parse_response(301, {}, "", out) == err(errc::malformed_response));
+}
+
+TEST_CASE("Anthropic error types without a status (an error event in a stream)") {
+  using laneq::anthropic::error_code_for;
+  CHECK(error_code_for(0, "overloaded_error") == err(errc::overloaded));
+  CHECK(error_code_for(0, "rate_limit_error") == err(errc::rate_limited));
+  CHECK(error_code_for(0, "request_too_large") == err(errc::request_too_large));
+  CHECK(error_code_for(0, "billing_error") == err(errc::quota_exceeded));
+  CHECK(error_code_for(0, "invalid_request_error") == err(errc::bad_request));
+  CHECK(error_code_for(0, "not_found_error") == err(errc::bad_request));
+  CHECK(error_code_for(0, "authentication_error") == err(errc::auth));
+  CHECK(error_code_for(0, "permission_error") == err(errc::auth));
+  CHECK(error_code_for(0, "api_error") == err(errc::server_error));
+  CHECK(error_code_for(0, "") == err(errc::server_error));
+}
+
+// ============================== OpenAI streams ==============================
+
+TEST_CASE("a full OpenAI stream yields its text, deltas, finish reason and usage chunk") {
+  for (std::size_t chunk : {1u, 3u, 64u, 100000u}) {
+    INFO("chunk " << chunk);
+    std::vector<std::string> deltas;
+    laneq::openai::StreamAccumulator acc([&](std::string_view d) { deltas.emplace_back(d); });
+    run_stream(acc, openai_stream_head + openai_stream_finish + openai_stream_usage + openai_stream_done, chunk);
+    CHECK(acc.done());
+    Response out;
+    CHECK_FALSE(acc.finish(out));
+    CHECK(out.text == "Hello, world");
+    CHECK(deltas == std::vector<std::string>{"Hel", "lo, ", "world"});  // the empty first delta is skipped
+    CHECK(out.finish_reason == "length");
+    CHECK(out.usage.input_tokens == 9);
+    CHECK(out.usage.output_tokens == 4);
+  }
+}
+
+TEST_CASE("an OpenAI stream cut before [DONE] is a network error that keeps the partial text") {
+  for (const std::string& stream : {openai_stream_head, openai_stream_head + openai_stream_finish,
+                                    openai_stream_head + openai_stream_finish + openai_stream_usage}) {
+    laneq::openai::StreamAccumulator acc;
+    run_stream(acc, stream);
+    CHECK_FALSE(acc.done());
+    Response out;
+    CHECK(acc.finish(out) == err(errc::network));
+    CHECK(out.text == "Hello, world");
+  }
+  laneq::openai::StreamAccumulator nothing;
+  Response out;
+  CHECK(nothing.finish(out) == err(errc::network));
+}
+
+TEST_CASE("an OpenAI stream without a usage chunk still succeeds at [DONE], with zero usage") {
+  laneq::openai::StreamAccumulator acc;
+  run_stream(acc, openai_stream_head + openai_stream_finish + openai_stream_done);
+  Response out;
+  CHECK_FALSE(acc.finish(out));
+  CHECK(out.usage.total() == 0);
+}
+
+TEST_CASE("a malformed OpenAI chunk fails the stream and stops the deltas") {
+  for (const std::string bad : {"data: {\"choices\": [\n\n", "data: [1]\n\n", "data: DONE\n\n",
+                                "data: {\"choices\": \"x\"}\n\n",
+                                "data: {\"choices\": [{\"index\":0,\"delta\":{\"content\":7}}]}\n\n",
+                                "data: {\"choices\": [{\"index\":0,\"delta\":\"x\"}]}\n\n"}) {
+    INFO(bad);
+    int deltas = 0;
+    laneq::openai::StreamAccumulator acc([&](std::string_view) { ++deltas; });
+    run_stream(acc, openai_delta("a") + bad + openai_delta("b") + openai_stream_done);
+    CHECK(deltas == 1);
+    CHECK_FALSE(acc.done());
+    CHECK(acc.error() == err(errc::malformed_response));
+    Response out;
+    CHECK(acc.finish(out) == err(errc::malformed_response));
+    CHECK(out.text == "a");
+  }
+}
+
+TEST_CASE("an OpenAI error chunk in a 200 stream fails it with the provider's words") {
+  laneq::openai::StreamAccumulator acc;
+  run_stream(acc, openai_delta("partial") +
+                      sse_data(openai_error("The server had an error while processing your request.", "server_error", "")) +
+                      openai_stream_done);
+  Response out;
+  CHECK(acc.finish(out) == err(errc::server_error));
+  CHECK(out.text == "partial");
+  CHECK(out.error_type == "server_error");
+  CHECK(out.error_message == "The server had an error while processing your request.");
+}
+
+TEST_CASE("OpenAI stream: other choices, keep-alives and events after [DONE] are ignored") {
+  laneq::openai::StreamAccumulator acc;
+  run_stream(acc, ": keep-alive\n\n" + openai_delta("one") +
+                      openai_chunk(R"([{"index":1,"delta":{"content":"other"},"finish_reason":null}])") +
+                      "data:\n\n" + openai_stream_done + openai_delta("late") + "data: junk\n\n");
+  Response out;
+  CHECK_FALSE(acc.finish(out));
+  CHECK(out.text == "one");
+}
+
+// ============================== Anthropic streams ==============================
+
+TEST_CASE("a full Anthropic stream yields its text, deltas, stop reason and both usages") {
+  for (std::size_t chunk : {1u, 5u, 4096u}) {
+    INFO("chunk " << chunk);
+    std::vector<std::string> deltas;
+    laneq::anthropic::StreamAccumulator acc([&](std::string_view d) { deltas.emplace_back(d); });
+    run_stream(acc, anthropic_stream_head + anthropic_stream_tail, chunk);
+    CHECK(acc.done());
+    Response out;
+    CHECK_FALSE(acc.finish(out));
+    CHECK(out.text == "Hello, world");
+    CHECK(deltas == std::vector<std::string>{"Hello", ", world"});
+    CHECK(out.finish_reason == "end_turn");
+    CHECK(out.usage.input_tokens == 25 + 10 + 5);  // from message_start, cache included
+    CHECK(out.usage.output_tokens == 15);          // from message_delta, replacing the 1
+  }
+}
+
+TEST_CASE("an Anthropic error event after a 200 fails the request with its type and message") {
+  laneq::anthropic::StreamAccumulator acc;
+  run_stream(acc, anthropic_stream_head +
+                      sse_event("error", R"({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})") +
+                      anthropic_stream_tail);
+  CHECK_FALSE(acc.done());
+  Response out;
+  CHECK(acc.finish(out) == err(errc::overloaded));
+  CHECK(out.error_type == "overloaded_error");
+  CHECK(out.error_message == "Overloaded");
+  CHECK(out.text == "Hello, world");
+
+  laneq::anthropic::StreamAccumulator limited;
+  run_stream(limited, sse_event("error", anthropic_error("rate_limit_error", "slow down")));
+  CHECK(limited.finish(out) == err(errc::rate_limited));
+}
+
+TEST_CASE("an Anthropic stream cut before message_stop is a network error that keeps the partial text") {
+  const std::string before_stop =
+      anthropic_stream_head +
+      sse_event("message_delta", R"({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}})");
+  for (const std::string& stream : {anthropic_stream_head, before_stop}) {
+    laneq::anthropic::StreamAccumulator acc;
+    run_stream(acc, stream);
+    Response out;
+    CHECK(acc.finish(out) == err(errc::network));
+    CHECK(out.text == "Hello, world");
+    CHECK(out.usage.input_tokens == 40);
+  }
+}
+
+TEST_CASE("a malformed Anthropic event fails the stream") {
+  for (const std::string& bad :
+       {sse_event("content_block_delta", "{\"type\":\"content_block_delta\",\"delta\":"),
+        sse_event("content_block_delta", R"({"type":"content_block_delta","delta":{"type":"text_delta","text":5}})"),
+        sse_event("content_block_delta", R"({"type":"content_block_delta","delta":"x"})"),
+        sse_event("message_start", R"({"type":"message_start","message":"x"})"),
+        sse_event("message_start", R"({"type":"message_start","message":{"usage":[1]}})"),
+        sse_event("ping", "not json"), sse_data("[]")}) {
+    INFO(bad);
+    laneq::anthropic::StreamAccumulator acc;
+    run_stream(acc, bad + anthropic_stream_tail);
+    CHECK_FALSE(acc.done());
+    Response out;
+    CHECK(acc.finish(out) == err(errc::malformed_response));
+  }
+}
+
+TEST_CASE("Anthropic stream: non-text deltas, unknown events and a missing event name") {
+  laneq::anthropic::StreamAccumulator acc;
+  run_stream(acc,
+             sse_event("content_block_start", R"({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}})") +
+                 sse_event("content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}})") +
+                 sse_event("content_block_delta", R"({"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hmm"}})") +
+                 sse_event("brand_new_event", R"({"type":"brand_new_event","x":1})") +
+                 sse_data(R"({"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"named by data"}})") +
+                 sse_data(R"({"type":"message_stop"})") +
+                 sse_event("content_block_delta", R"({"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"late"}})"));
+  CHECK(acc.done());
+  Response out;
+  CHECK_FALSE(acc.finish(out));
+  CHECK(out.text == "named by data");
+}
+
+TEST_CASE("Anthropic stream: a newer message_delta with input usage updates it") {
+  laneq::anthropic::StreamAccumulator acc;
+  run_stream(acc, anthropic_stream_head +
+                      sse_event("message_delta", R"({"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"input_tokens":30,"cache_read_input_tokens":7,"output_tokens":9}})") +
+                      sse_event("message_stop", R"({"type":"message_stop"})"));
+  Response out;
+  CHECK_FALSE(acc.finish(out));
+  CHECK(out.usage.input_tokens == 30 + 10 + 7);
+  CHECK(out.usage.output_tokens == 9);
+  CHECK(out.finish_reason == "max_tokens");
+}

@@ -1,0 +1,107 @@
+#include "mock_api/mock_outcome.hpp"
+
+#include <array>
+#include <stdexcept>
+#include <utility>
+
+namespace laneq::mock {
+
+namespace {
+
+constexpr std::array<std::pair<OutcomeKind, std::string_view>, 10> kinds{{
+    {OutcomeKind::ok, "ok"},
+    {OutcomeKind::error, "error"},
+    {OutcomeKind::rate_limit, "rate_limit"},
+    {OutcomeKind::insufficient_quota, "insufficient_quota"},
+    {OutcomeKind::too_large, "too_large"},
+    {OutcomeKind::reset, "reset"},
+    {OutcomeKind::malformed, "malformed"},
+    {OutcomeKind::stall, "stall"},
+    {OutcomeKind::stream_error, "stream_error"},
+    {OutcomeKind::stream_cut, "stream_cut"},
+}};
+
+[[noreturn]] void bad(const std::string& what) {
+  throw std::invalid_argument("script outcome: " + what);
+}
+
+std::int64_t non_negative_int(const nlohmann::json& v, const char* key) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
+    bad(std::string(key) + " must be an integer >= 0");
+  return v.get<std::int64_t>();
+}
+
+bool boolean(const nlohmann::json& v, const char* key) {
+  if (!v.is_boolean()) bad(std::string(key) + " must be true or false");
+  return v.get<bool>();
+}
+
+}  // namespace
+
+std::string_view to_string(OutcomeKind kind) noexcept {
+  for (const auto& [k, name] : kinds)
+    if (k == kind) return name;
+  return "unknown";
+}
+
+MockOutcome outcome_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) bad("each outcome must be a JSON object");
+  MockOutcome o;
+  std::optional<int> status;
+  bool has_kind = false;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "kind") {
+      if (!v.is_string()) bad("kind must be a string");
+      const auto name = v.get<std::string>();
+      bool found = false;
+      for (const auto& [k, n] : kinds)
+        if (n == name) o.kind = k, found = true;
+      if (!found) bad("unknown kind \"" + name + "\"");
+      has_kind = true;
+    } else if (key == "status") {
+      if (!v.is_number_integer() || v.get<int>() < 200 || v.get<int>() > 599)
+        bad("status must be an integer in 200..599");
+      status = v.get<int>();
+    } else if (key == "type") {
+      if (!v.is_string() || (v != "requests" && v != "tokens"))
+        bad("type must be \"requests\" or \"tokens\"");
+      o.rate_limit_type = v.get<std::string>();
+    } else if (key == "retry_after_ms") {
+      o.retry_after_ms = std::chrono::milliseconds(non_negative_int(v, "retry_after_ms"));
+    } else if (key == "retry_after") {
+      o.retry_after = std::chrono::seconds(non_negative_int(v, "retry_after"));
+    } else if (key == "headers") {
+      o.rate_limit_headers = boolean(v, "headers");
+    } else if (key == "should_retry") {
+      o.should_retry = boolean(v, "should_retry");
+    } else if (key == "latency_ms") {
+      o.latency = std::chrono::milliseconds(non_negative_int(v, "latency_ms"));
+    } else if (key == "message") {
+      if (!v.is_string()) bad("message must be a string");
+      o.message = v.get<std::string>();
+    } else {
+      bad("unknown key \"" + key + "\"");
+    }
+  }
+  if (!has_kind && status)
+    o.kind = *status == 200 ? OutcomeKind::ok
+             : *status == 429 ? OutcomeKind::rate_limit
+                              : OutcomeKind::error;
+  if (o.kind == OutcomeKind::error) {
+    if (status && *status < 400) bad("kind error needs a status in 400..599");
+    if (status) o.status = *status;
+  }
+  return o;
+}
+
+std::vector<MockOutcome> outcomes_from_json(const nlohmann::json& j) {
+  std::vector<MockOutcome> out;
+  if (j.is_array()) {
+    for (const auto& item : j) out.push_back(outcome_from_json(item));
+  } else {
+    out.push_back(outcome_from_json(j));
+  }
+  return out;
+}
+
+}  // namespace laneq::mock
