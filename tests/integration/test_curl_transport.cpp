@@ -101,7 +101,8 @@ TEST_CASE("the transport works with callbacks - futures and coroutines against t
   CHECK(r.http_version == 11);
   CHECK(nlohmann::json::parse(r.body)["usage"]["completion_tokens"] == 8);
   CHECK(from_callback.status == 200);
-  const auto* ct = laneq::Response{.headers = from_callback.headers}.header("content-type");
+  const laneq::Response as_response{.headers = from_callback.headers};  // named: header() points in
+  const auto* ct = as_response.header("content-type");
   REQUIRE(ct != nullptr);
   CHECK_THAT(*ct, Catch::Contains("application/json"));
 }
