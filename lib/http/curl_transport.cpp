@@ -190,7 +190,11 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION,
                      cfg_.http2 ? static_cast<long>(CURL_HTTP_VERSION_2TLS)
                                 : static_cast<long>(CURL_HTTP_VERSION_1_1));
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);  // prefer multiplexing over a new connection
+    // Prefer multiplexing over a new connection, but only where it can happen (h2 needs TLS
+    // here): over plain http:// PIPEWAIT holds every new transfer until the first connection's
+    // answer is complete, so a burst of N calls took two full round trips instead of one.
+    const bool can_multiplex = cfg_.http2 && r.url.rfind("https://", 0) == 0;
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, can_multiplex ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, cfg_.verify_tls ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, cfg_.verify_tls ? 2L : 0L);
     if (!cfg_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, cfg_.ca_file.c_str());

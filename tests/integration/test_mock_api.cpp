@@ -3,13 +3,7 @@
 // scripted and random fault injection, /stats, and the laneq-mock-api program.
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <future>
@@ -24,9 +18,8 @@
 #include "laneq/rate_limit_headers.hpp"
 #include "mock_api/mock_server.hpp"
 #include "mock_api/mock_server_thread.hpp"
+#include "support/child_process.hpp"
 #include "support/http_client.hpp"
-
-extern char** environ;
 
 using namespace std::chrono_literals;
 using laneq::Headers;
@@ -98,78 +91,6 @@ std::vector<std::string> event_names(const std::vector<std::pair<std::string, st
 std::int64_t count(const json& stats, const char* map, const std::string& key) {
   const auto& m = stats.at(map);
   return m.contains(key) ? m.at(key).get<std::int64_t>() : 0;
-}
-
-// --- a child process for the laneq-mock-api tests ------------------------------------------
-
-struct Child {
-  pid_t pid = -1;
-  int out = -1;  // read end of its stdout
-  int err = -1;  // read end of its stderr
-
-  Child() = default;
-  Child(const Child&) = delete;
-  ~Child() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);  // only when a test failed half-way: never leave it running
-      ::waitpid(pid, nullptr, 0);
-    }
-    if (out >= 0) ::close(out);
-    if (err >= 0) ::close(err);
-  }
-};
-
-void spawn(Child& child, std::vector<std::string> args) {
-  int out[2], err[2];
-  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  args.insert(args.begin(), LANEQ_MOCK_API_EXE);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int rc = ::posix_spawn(&child.pid, LANEQ_MOCK_API_EXE, &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(out[1]);
-  ::close(err[1]);
-  child.out = out[0];
-  child.err = err[0];
-  REQUIRE(rc == 0);
-}
-
-// Everything the fd delivers until `stop_at_newline` sees a line end, EOF, or the timeout.
-std::string read_fd(int fd, bool stop_at_newline, std::chrono::milliseconds timeout) {
-  std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (stop_at_newline && got.find('\n') != std::string::npos) return got;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return got;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return got;
-    char buf[512];
-    const auto n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) return got;
-    got.append(buf, static_cast<std::size_t>(n));
-  }
-}
-
-// The child's exit status, waiting at most `timeout` (through a pidfd: no polling loop).
-std::optional<int> wait_exit(Child& child, std::chrono::milliseconds timeout) {
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child.pid, 0));
-  REQUIRE(pidfd >= 0);
-  pollfd p{pidfd, POLLIN, 0};
-  const int ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
-  ::close(pidfd);
-  if (ready <= 0) return std::nullopt;
-  int status = 0;
-  REQUIRE(::waitpid(child.pid, &status, 0) == child.pid);
-  child.pid = -1;
-  return status;
 }
 
 }  // namespace
@@ -847,9 +768,8 @@ TEST_CASE("MockServer runs on the caller's io_context (2 threads) and stop() let
 }
 
 TEST_CASE("laneq-mock-api prints its port, answers, and exits cleanly on SIGTERM") {
-  Child child;
-  spawn(child, {"--rpm", "100", "--latency-ms", "1", "--seed=3"});
-  const auto line = read_fd(child.out, true, 10s);
+  laneq::test::ChildProcess child(LANEQ_MOCK_API_EXE, {"--rpm", "100", "--latency-ms", "1", "--seed=3"});
+  const auto line = child.read_stdout(true, 10s);
   std::smatch m;
   REQUIRE(std::regex_match(line, m, std::regex(R"(laneq-mock-api listening on 127\.0\.0\.1:(\d+)\n)")));
   const auto port = static_cast<unsigned short>(std::stoi(m[1]));
@@ -861,23 +781,16 @@ TEST_CASE("laneq-mock-api prints its port, answers, and exits cleanly on SIGTERM
   CHECK(r.header("x-ratelimit-limit-requests") == "100");
   CHECK(c.request("GET", "/stats").json()["requests"] == 1);
 
-  REQUIRE(::kill(child.pid, SIGTERM) == 0);
-  const auto status = wait_exit(child, 10s);
-  REQUIRE(status);
-  CHECK(WIFEXITED(*status));
-  CHECK(WEXITSTATUS(*status) == 0);
-  CHECK(read_fd(child.out, false, 1s).empty());  // exactly one line
+  child.signal(SIGTERM);
+  CHECK(child.exit_code(10s) == 0);
+  CHECK(child.read_stdout(false, 1s).empty());  // exactly one line
 }
 
 TEST_CASE("laneq-mock-api rejects bad flags with a message and exit code 2") {
   const auto run = [](std::vector<std::string> args) {
-    Child child;
-    spawn(child, std::move(args));
-    const auto err = read_fd(child.err, false, 10s);  // to EOF: the program ends
-    const auto status = wait_exit(child, 10s);
-    REQUIRE(status);
-    REQUIRE(WIFEXITED(*status));
-    return std::make_pair(WEXITSTATUS(*status), err);
+    laneq::test::ChildProcess child(LANEQ_MOCK_API_EXE, std::move(args));
+    const auto err = child.read_stderr(false, 10s);  // to EOF: the program ends
+    return std::make_pair(child.exit_code(10s), err);
   };
   auto [code, err] = run({"--bogus"});
   CHECK(code == 2);
