@@ -1,6 +1,8 @@
 // The seed scenario: 100 batch requests are queued first, then one user-facing chat request
 // arrives. The chat request overtakes the whole backlog (and finds a reserved worker free).
-// SIGINT/SIGTERM stop admission and drain, as a service would.
+// Every call is a real HTTP call (CurlTransport + OpenAIProvider) to the bundled mock API
+// server, started here on 127.0.0.1 on the same io_context. SIGINT/SIGTERM stop admission and
+// drain, as a service would.
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
@@ -10,6 +12,7 @@
 #include <cstdio>
 
 #include "laneq/laneq.hpp"
+#include "mock_api/mock_server.hpp"
 #include "print_metrics.hpp"
 
 using namespace std::chrono_literals;
@@ -17,14 +20,17 @@ using namespace std::chrono_literals;
 int main() {
   asio::io_context io;
   // Each call takes 20-30 ms, like a short completion from a fast model.
-  laneq::SimulatedProvider provider({.latency = 20ms, .jitter = 10ms});
+  laneq::mock::MockServer mock(io, {.latency = 20ms, .jitter = 10ms});
+  mock.start();
+  laneq::CurlTransport transport{io.get_executor()};
+  laneq::OpenAIProvider provider{transport, {.api_key = "sk-demo", .base_url = mock.base_url()}};
   laneq::RequestQueue queue{io.get_executor(), provider,
                             laneq::QueueConfig{.workers = 4, .reserved_workers = 1}};
   queue.start();
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](std::error_code ec, int) {
-    if (!ec) queue.async_shutdown({.drain = true}, [](std::error_code) {});
+    if (!ec) queue.async_shutdown({.drain = true}, [&](std::error_code) { mock.stop(); });
   });
 
   int batch_done = 0, batch_failed = 0;
@@ -57,6 +63,11 @@ int main() {
                 static_cast<long long>(r.usage.output_tokens), batch_done);
     co_await queue.shutdown({.drain = true});
     signals.cancel();
+    const auto seen = mock.stats();
+    std::printf("the mock API server answered %s calls on %s connection(s)\n",
+                seen["requests"].dump().c_str(),
+                seen["connections"]["accepted"].dump().c_str());
+    mock.stop();
   }, asio::detached);
 
   io.run();
