@@ -1,61 +1,27 @@
 #include "laneq/providers/openai_format.hpp"
 
 #include <algorithm>
-#include <cstddef>
-#include <limits>
-#include <optional>
 #include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "laneq/error.hpp"
+#include "format_common.hpp"
 
 namespace laneq::openai {
 
 namespace {
 
-using json = nlohmann::json;
-
-// Enough of a non-JSON error page (a proxy's HTML, a plain-text 502) to tell what it was.
-constexpr std::size_t kMaxBodySnippet = 512;
-
-std::error_code err(errc e) noexcept { return make_error_code(e); }
-
-bool is_2xx(int status) noexcept { return status >= 200 && status <= 299; }
-
-json parse_json(std::string_view text) {
-  return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-}
-
-// obj[key] when obj is an object that has it, else nullptr.
-const json* member(const json& obj, std::string_view key) {
-  if (!obj.is_object()) return nullptr;
-  const auto it = obj.find(key);
-  return it == obj.end() ? nullptr : &*it;
-}
-
-// obj[key] as a string; "" when absent or not a string.
-std::string_view string_at(const json& obj, std::string_view key) {
-  const json* m = member(obj, key);
-  return m && m->is_string() ? std::string_view(m->get_ref<const std::string&>()) : std::string_view{};
-}
-
-// A token count: a non-negative integer (clamped to int64), else nothing. Counts are
-// informational: a bad one is dropped, it does not fail the response.
-std::optional<std::int64_t> count_at(const json& obj, std::string_view key) {
-  const json* m = member(obj, key);
-  if (!m) return std::nullopt;
-  if (m->is_number_unsigned()) {
-    const auto v = m->get<std::uint64_t>();
-    return static_cast<std::int64_t>(
-        std::min<std::uint64_t>(v, static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())));
-  }
-  if (m->is_number_integer()) {
-    const auto v = m->get<std::int64_t>();
-    if (v >= 0) return v;
-  }
-  return std::nullopt;
-}
+using detail::count_at;
+using detail::err;
+using detail::ErrorFields;
+using detail::is_2xx;
+using detail::json;
+using detail::member;
+using detail::parse_json;
+using detail::read_error;
+using detail::string_at;
 
 void read_usage(const json& usage, Usage& out) {
   if (const auto v = count_at(usage, "prompt_tokens")) out.input_tokens = *v;
@@ -70,47 +36,11 @@ bool contains_nocase(std::string_view haystack, std::string_view needle) noexcep
                      [&](char a, char b) { return lower(a) == lower(b); }) != haystack.end();
 }
 
-// {"error": {"message", "type", "code"}} — or, from some proxies, {"error": "message"}.
-struct ErrorFields {
-  bool present = false;
-  std::string type{};
-  std::string code{};
-  std::string message{};
-};
-
-ErrorFields read_error(const json& doc) {
-  ErrorFields f;
-  const json* e = member(doc, "error");
-  if (!e) return f;
-  if (e->is_string()) {
-    f.present = true;
-    f.message = e->get_ref<const std::string&>();
-  } else if (e->is_object()) {
-    f.present = true;
-    f.type = string_at(*e, "type");
-    f.message = string_at(*e, "message");
-    if (const json* c = member(*e, "code")) {
-      if (c->is_string()) f.code = c->get_ref<const std::string&>();
-      else if (c->is_number_integer()) f.code = c->dump();
-    }
-  }
-  return f;
-}
-
-std::error_code status_error(int status) noexcept {
-  if (status == 401 || status == 403) return err(errc::auth);
-  if (status == 413) return err(errc::request_too_large);
-  if (status == 429) return err(errc::rate_limited);
-  if (status == 503 || status == 529) return err(errc::overloaded);
-  if (status == 408 || status == 409) return err(errc::server_error);
-  if (status >= 500 && status <= 599) return err(errc::server_error);
-  if (status >= 400 && status <= 499) return err(errc::bad_request);
-  return err(errc::malformed_response);  // 1xx, 3xx (redirects are not followed), nonsense
-}
-
-std::error_code fill_error(int status, const ErrorFields& e, Response& out) {
-  out.error_type = !e.code.empty() ? e.code : e.type;
-  out.error_message = e.message;
+// The error's words go to a Response, or to a stream's accumulator; the code names it best.
+std::error_code fill_error(int status, const ErrorFields& e, std::string& error_type,
+                           std::string& error_message) {
+  error_type = !e.code.empty() ? e.code : e.type;
+  error_message = e.message;
   return error_code_for(status, e.type, e.code, e.message);
 }
 
@@ -120,7 +50,8 @@ std::error_code read_completion(int status, const json& doc, Response& out) {
   const json* choices = member(doc, "choices");
   if (!choices) {
     // An error body where a result was expected: its words say more than "malformed".
-    if (const ErrorFields e = read_error(doc); e.present) return fill_error(status, e, out);
+    if (const ErrorFields e = read_error(doc); e.present)
+      return fill_error(status, e, out.error_type, out.error_message);
     return err(errc::malformed_response);
   }
   if (!choices->is_array() || choices->empty()) return err(errc::malformed_response);
@@ -170,37 +101,12 @@ std::error_code error_code_for(int status, std::string_view type, std::string_vi
     return err(errc::server_error);
   }
   if (status == 429) return err(too_large ? errc::request_too_large : errc::rate_limited);
-  return status_error(status);
+  return detail::status_error(status);
 }
 
 std::error_code parse_response(int status, const Headers& headers, std::string_view body,
                                Response& out) noexcept {
-  try {
-    json doc = parse_json(body);
-    if (doc.is_discarded()) doc = nullptr;
-    ErrorFields failure;
-    if (!is_2xx(status)) {
-      failure = read_error(doc);
-      // Taken before `out` is touched, in case `body` views one of its strings.
-      if (failure.message.empty()) failure.message = body.substr(0, kMaxBodySnippet);
-    }
-    out.status = status;
-    out.headers = headers;
-    out.text.clear();
-    out.usage = {};
-    out.finish_reason.clear();
-    out.error_type.clear();
-    out.error_message.clear();
-    std::error_code ec =
-        is_2xx(status) ? read_completion(status, doc, out) : fill_error(status, failure, out);
-    // Not an HTTP status a provider answers with (the transport reports failures itself): no
-    // body rule applies, and status 0 must not read as "in-stream" to error_code_for.
-    if (status < 200 || status > 599) ec = err(errc::malformed_response);
-    out.raw = std::move(doc);
-    return ec;
-  } catch (...) {
-    return err(errc::internal);
-  }
+  return detail::parse_response(status, headers, body, out, read_completion, fill_error);
 }
 
 void StreamAccumulator::fail(std::error_code ec) {
@@ -218,11 +124,8 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   const json chunk = parse_json(data);
   if (chunk.is_discarded() || !chunk.is_object()) return fail(err(errc::malformed_response));
 
-  if (const ErrorFields e = read_error(chunk); e.present) {
-    error_type_ = !e.code.empty() ? e.code : e.type;
-    error_message_ = e.message;
-    return fail(error_code_for(0, e.type, e.code, e.message));
-  }
+  if (const ErrorFields e = read_error(chunk); e.present)
+    return fail(fill_error(0, e, error_type_, error_message_));
 
   if (const json* choices = member(chunk, "choices"); choices && !choices->is_null()) {
     if (!choices->is_array()) return fail(err(errc::malformed_response));
