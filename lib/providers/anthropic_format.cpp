@@ -126,13 +126,8 @@ Usage StreamAccumulator::usage() const noexcept {
                .output_tokens = output_tokens_};
 }
 
-void StreamAccumulator::fail(std::error_code ec) {
-  if (!error_) error_ = ec;
-}
-
 void StreamAccumulator::on_event(const SseEvent& event) {
-  if (done_ || error_) return;
-  if (event.data.find_first_not_of(" \t\r\n") == std::string::npos) return;
+  if (skip(event)) return;
   const json data = parse_json(event.data);
   if (data.is_discarded() || !data.is_object()) return fail(err(errc::malformed_response));
   const std::string_view type = !event.event.empty() ? std::string_view(event.event)
@@ -147,12 +142,9 @@ void StreamAccumulator::on_event(const SseEvent& event) {
     if (const auto v = count_at(*usage, "cache_read_input_tokens")) cache_read_input_tokens_ = *v;
     if (const auto v = count_at(*usage, "output_tokens")) output_tokens_ = *v;
   };
-  const auto append = [&](const json* text) {
+  const auto append_text = [&](const json* text) {
     if (!text || !text->is_string()) return fail(err(errc::malformed_response));
-    const std::string& piece = text->get_ref<const std::string&>();
-    if (piece.empty()) return;
-    text_ += piece;
-    if (on_delta_) on_delta_(piece);
+    append(text->get_ref<const std::string&>());
   };
 
   if (type == "message_start") {
@@ -162,11 +154,12 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   } else if (type == "content_block_start") {
     const json* block = member(data, "content_block");
     if (!block || !block->is_object()) return fail(err(errc::malformed_response));
-    if (string_at(*block, "type") == "text" && member(*block, "text")) append(member(*block, "text"));
+    if (string_at(*block, "type") == "text" && member(*block, "text"))
+      append_text(member(*block, "text"));
   } else if (type == "content_block_delta") {
     const json* delta = member(data, "delta");
     if (!delta || !delta->is_object()) return fail(err(errc::malformed_response));
-    if (string_at(*delta, "type") == "text_delta") append(member(*delta, "text"));
+    if (string_at(*delta, "type") == "text_delta") append_text(member(*delta, "text"));
   } else if (type == "message_delta") {
     if (const json* delta = member(data, "delta"); delta && delta->is_object())
       if (const std::string_view reason = string_at(*delta, "stop_reason"); !reason.empty())
@@ -180,16 +173,6 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   // ping, content_block_stop and unknown types carry nothing laneq keeps.
 }
 
-std::error_code StreamAccumulator::finish(Response& out) {
-  out.text = std::move(text_);
-  text_.clear();
-  out.usage = usage();
-  out.finish_reason = finish_reason_;
-  out.error_type = error_type_;
-  out.error_message = error_message_;
-  if (error_) return error_;
-  if (!done_) return err(errc::network);
-  return {};
-}
+std::error_code StreamAccumulator::finish(Response& out) { return hand_over(out, usage()); }
 
 }  // namespace laneq::anthropic

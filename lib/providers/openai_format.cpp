@@ -109,14 +109,9 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
   return detail::parse_response(status, headers, body, out, read_completion, fill_error);
 }
 
-void StreamAccumulator::fail(std::error_code ec) {
-  if (!error_) error_ = ec;
-}
-
 void StreamAccumulator::on_event(const SseEvent& event) {
-  if (done_ || error_) return;
+  if (skip(event)) return;
   const std::string_view data = event.data;
-  if (data.find_first_not_of(" \t\r\n") == std::string_view::npos) return;
   if (data == "[DONE]") {
     done_ = true;
     return;
@@ -137,11 +132,7 @@ void StreamAccumulator::on_event(const SseEvent& event) {
         if (!delta->is_object()) return fail(err(errc::malformed_response));
         if (const json* content = member(*delta, "content"); content && !content->is_null()) {
           if (!content->is_string()) return fail(err(errc::malformed_response));
-          const std::string& piece = content->get_ref<const std::string&>();
-          if (!piece.empty()) {
-            text_ += piece;
-            if (on_delta_) on_delta_(piece);
-          }
+          append(content->get_ref<const std::string&>());
         }
       }
       if (const std::string_view reason = string_at(choice, "finish_reason"); !reason.empty())
@@ -153,16 +144,6 @@ void StreamAccumulator::on_event(const SseEvent& event) {
     read_usage(*usage, usage_);
 }
 
-std::error_code StreamAccumulator::finish(Response& out) {
-  out.text = std::move(text_);
-  text_.clear();
-  out.usage = usage_;
-  out.finish_reason = finish_reason_;
-  out.error_type = error_type_;
-  out.error_message = error_message_;
-  if (error_) return error_;
-  if (!done_) return err(errc::network);
-  return {};
-}
+std::error_code StreamAccumulator::finish(Response& out) { return hand_over(out, usage_); }
 
 }  // namespace laneq::openai

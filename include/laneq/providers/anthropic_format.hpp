@@ -8,6 +8,7 @@
 #include <system_error>
 #include <utility>
 
+#include "laneq/detail/stream_accumulator.hpp"
 #include "laneq/request.hpp"
 #include "laneq/sse.hpp"
 
@@ -66,22 +67,19 @@ std::error_code error_code_for(int status, std::string_view error_type) noexcept
 // message_stop (done). `ping` and unknown event types are ignored (Anthropic may add types).
 // The type is the SSE event name, or the data's "type" when the name is missing. Events after
 // message_stop or after an error are ignored.
-class StreamAccumulator {
+class StreamAccumulator : public detail::stream_accumulator_base {
  public:
-  using DeltaHandler = std::function<void(std::string_view)>;
-
+  // DeltaHandler: std::function<void(std::string_view)>.
   StreamAccumulator() = default;
   // `on_delta` sees each non-empty text delta as it arrives; its exceptions propagate.
-  explicit StreamAccumulator(DeltaHandler on_delta) : on_delta_(std::move(on_delta)) {}
+  explicit StreamAccumulator(DeltaHandler on_delta) : stream_accumulator_base(std::move(on_delta)) {}
 
   // Takes one SSE event. Events with empty data are ignored. Data that is not a JSON object, or
   // has the wrong shape -> malformed_response; an `error` event -> error_code_for(0, type) with
   // error_type / error_message. The first error sticks.
   void on_event(const SseEvent& event);
 
-  bool done() const noexcept { return done_; }               // got message_stop
-  std::error_code error() const noexcept { return error_; }  // first error so far
-  const std::string& text() const noexcept { return text_; }  // text so far
+  // Inherited: done() (got message_stop), error() (the first error so far), text() (text so far).
   Usage usage() const noexcept;
 
   // Hands the result over (call once, after the body ended): out.text (the partial text too),
@@ -92,20 +90,11 @@ class StreamAccumulator {
   std::error_code finish(Response& out);
 
  private:
-  void fail(std::error_code ec);
-
-  DeltaHandler on_delta_{};
-  std::string text_{};
   // Kept apart because message_start and message_delta each report some of them (cumulative).
   std::int64_t input_tokens_ = 0;
   std::int64_t cache_creation_input_tokens_ = 0;
   std::int64_t cache_read_input_tokens_ = 0;
   std::int64_t output_tokens_ = 0;
-  std::string finish_reason_{};
-  std::string error_type_{};
-  std::string error_message_{};
-  std::error_code error_{};
-  bool done_ = false;
 };
 
 }  // namespace laneq::anthropic

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <utility>
 
+#include "laneq/detail/stream_accumulator.hpp"
 #include "laneq/request.hpp"
 #include "laneq/sse.hpp"
 
@@ -59,22 +60,19 @@ std::error_code error_code_for(int status, std::string_view type, std::string_vi
 // Accumulates a streamed completion (stream: true) from its SSE events: content deltas of
 // choice 0, its finish_reason, and the usage chunk (choices: []) that include_usage adds.
 // Finished by `data: [DONE]`. Events after [DONE] or after an error are ignored.
-class StreamAccumulator {
+class StreamAccumulator : public detail::stream_accumulator_base {
  public:
-  using DeltaHandler = std::function<void(std::string_view)>;
-
+  // DeltaHandler: std::function<void(std::string_view)>.
   StreamAccumulator() = default;
   // `on_delta` sees each non-empty content delta as it arrives; its exceptions propagate.
-  explicit StreamAccumulator(DeltaHandler on_delta) : on_delta_(std::move(on_delta)) {}
+  explicit StreamAccumulator(DeltaHandler on_delta) : stream_accumulator_base(std::move(on_delta)) {}
 
   // Takes one SSE event. Events with empty data are ignored (keep-alives). A data line that is
   // not a JSON object, or has the wrong shape -> malformed_response; an {"error": {...}} chunk
   // -> error_code_for(0, ...). The first error sticks.
   void on_event(const SseEvent& event);
 
-  bool done() const noexcept { return done_; }         // got [DONE]
-  std::error_code error() const noexcept { return error_; }  // first error so far
-  const std::string& text() const noexcept { return text_; }  // content so far
+  // Inherited: done() (got [DONE]), error() (the first error so far), text() (content so far).
   const Usage& usage() const noexcept { return usage_; }
 
   // Hands the result over (call once, after the body ended): out.text (the partial text too),
@@ -84,16 +82,7 @@ class StreamAccumulator {
   std::error_code finish(Response& out);
 
  private:
-  void fail(std::error_code ec);
-
-  DeltaHandler on_delta_{};
-  std::string text_{};
   Usage usage_{};
-  std::string finish_reason_{};
-  std::string error_type_{};
-  std::string error_message_{};
-  std::error_code error_{};
-  bool done_ = false;
 };
 
 }  // namespace laneq::openai

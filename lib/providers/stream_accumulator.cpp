@@ -1,0 +1,29 @@
+#include "laneq/detail/stream_accumulator.hpp"
+
+#include "laneq/error.hpp"
+
+namespace laneq::detail {
+
+bool stream_accumulator_base::skip(const SseEvent& event) const noexcept {
+  return done_ || error_ || event.data.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+void stream_accumulator_base::append(std::string_view piece) {
+  if (piece.empty()) return;
+  text_ += piece;
+  if (on_delta_) on_delta_(piece);
+}
+
+std::error_code stream_accumulator_base::hand_over(Response& out, const Usage& usage) {
+  out.text = std::move(text_);
+  text_.clear();
+  out.usage = usage;
+  out.finish_reason = finish_reason_;
+  out.error_type = error_type_;
+  out.error_message = error_message_;
+  if (error_) return error_;
+  if (!done_) return make_error_code(errc::network);
+  return {};
+}
+
+}  // namespace laneq::detail
