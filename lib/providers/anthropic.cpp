@@ -1,23 +1,12 @@
 #include "laneq/providers/anthropic.hpp"
 
-#include <stdexcept>
+#include <utility>
 
-#include "laneq/error.hpp"
 #include "laneq/providers/anthropic_format.hpp"
 #include "endpoint.hpp"
 #include "http_call.hpp"
 
 namespace laneq {
-
-namespace {
-struct AnthropicWire {
-  using Accumulator = anthropic::StreamAccumulator;
-  static std::error_code parse(int status, const Headers& h, std::string_view body,
-                               Response& out) noexcept {
-    return anthropic::parse_response(status, h, body, out);
-  }
-};
-}  // namespace
 
 AnthropicProvider::AnthropicProvider(Transport& transport, AnthropicConfig config)
     : transport_(transport), default_max_tokens_(config.default_max_tokens) {
@@ -33,19 +22,9 @@ AnthropicProvider::AnthropicProvider(Transport& transport, AnthropicConfig confi
 
 void AnthropicProvider::async_call(const Request& request, CallContext ctx,
                                    CallCompletion done) noexcept {
-  HttpRequest http;
-  try {
-    http.url = url_;
-    http.headers = headers_;
-    http.body = anthropic::request_body(request, default_max_tokens_);
-  } catch (const std::invalid_argument& e) {
-    return detail::fail_call(ctx, done, errc::bad_request, e.what());
-  } catch (...) {
-    return detail::fail_call(ctx, done, errc::internal,
-                             "Anthropic: could not build the request body");
-  }
-  detail::start_http_call<AnthropicWire>(transport_, std::move(http), request, std::move(ctx),
-                                         std::move(done));
+  detail::async_http_call<anthropic::StreamAccumulator, anthropic::parse_response>(
+      transport_, url_, headers_, request, std::move(ctx), std::move(done), "Anthropic",
+      [&] { return anthropic::request_body(request, default_max_tokens_); });
 }
 
 }  // namespace laneq

@@ -1,9 +1,13 @@
 #pragma once
-// The part every HTTP provider shares: send the HttpRequest through the Transport, feed a
-// streamed body through the SSE parser into the wire format's accumulator, and turn the
-// HttpResponse into a Response + laneq error. Internal to lib/.
+// The part every HTTP provider shares: build the HttpRequest, send it through the Transport,
+// feed a streamed body through the SSE parser into the wire format's accumulator, and turn the
+// HttpResponse into a Response + laneq error. A provider keeps only its endpoint, headers and
+// body builder. Internal to lib/.
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
 
 #include <asio/error.hpp>
@@ -15,18 +19,22 @@
 
 namespace laneq::detail {
 
-// Wire: { using Accumulator = ...; static std::error_code parse(int, const Headers&,
-//         std::string_view, Response&) noexcept; }
-template <class Wire>
+// A wire format's parse_response.
+using parse_fn = std::error_code (*)(int status, const Headers& headers, std::string_view body,
+                                     Response& out) noexcept;
+
+// Accumulator: the wire format's StreamAccumulator (constructed from Request::on_delta);
+// Parse: its parse_response, for every answer that is not a streamed 2xx.
+template <class Accumulator, parse_fn Parse>
 void start_http_call(Transport& transport, HttpRequest http, const Request& request,
                      CallContext ctx, CallCompletion done) {
   struct stream_state {
     SseParser parser;
-    typename Wire::Accumulator acc;
+    Accumulator acc;
   };
   std::shared_ptr<stream_state> stream;
   if (request.stream) {
-    stream = std::make_shared<stream_state>(stream_state{{}, typename Wire::Accumulator(request.on_delta)});
+    stream = std::make_shared<stream_state>(stream_state{{}, Accumulator(request.on_delta)});
     http.headers.emplace_back("Accept", "text/event-stream");
     // On the transport's strand, one chunk at a time; the completion below runs after the last.
     http.on_body = [stream](std::string_view chunk) {
@@ -55,7 +63,7 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
           done(e, std::move(r));
           return;
         }
-        const std::error_code e = Wire::parse(hr.status, hr.headers, hr.body, r);
+        const std::error_code e = Parse(hr.status, hr.headers, hr.body, r);
         done(e, std::move(r));
       }));
 }
@@ -63,5 +71,27 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
 // A call that fails before it starts (e.g. a body that cannot be built): reported through
 // `done` on the caller's executor, never inline.
 void fail_call(CallContext& ctx, CallCompletion& done, std::error_code ec, std::string message);
+
+// A provider's whole async_call: POST build_body() to `url` with `headers`. A
+// std::invalid_argument from build_body is the caller's mistake (e.g. a non-object
+// Request::extra) -> bad_request with its message; anything else -> internal, naming `provider`.
+template <class Accumulator, parse_fn Parse, class BuildBody>
+void async_http_call(Transport& transport, const std::string& url, const Headers& headers,
+                     const Request& request, CallContext ctx, CallCompletion done,
+                     const char* provider, BuildBody build_body) noexcept {
+  HttpRequest http;
+  try {
+    http.url = url;
+    http.headers = headers;
+    http.body = build_body();
+  } catch (const std::invalid_argument& e) {
+    return fail_call(ctx, done, errc::bad_request, e.what());
+  } catch (...) {
+    return fail_call(ctx, done, errc::internal,
+                     std::string(provider) + ": could not build the request body");
+  }
+  start_http_call<Accumulator, Parse>(transport, std::move(http), request, std::move(ctx),
+                                      std::move(done));
+}
 
 }  // namespace laneq::detail
