@@ -12,16 +12,8 @@ namespace laneq::anthropic {
 
 namespace {
 
-using detail::count_at;
-using detail::err;
-using detail::ErrorFields;
-using detail::is_2xx;
-using detail::json;
-using detail::kMaxCount;
-using detail::member;
-using detail::parse_json;
-using detail::read_error;
-using detail::string_at;
+// The helpers and the parse skeleton both wire formats share (format_common.hpp).
+using namespace detail;
 
 std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
   return a > kMaxCount - b ? kMaxCount : a + b;  // both are >= 0
@@ -42,17 +34,9 @@ std::error_code fill_error(int status, const ErrorFields& e, std::string& error_
 
 // A 2xx body: {"type": "message", "content": [{"type": "text", "text"}, ...], "stop_reason",
 // "usage": {...}}.
-std::error_code read_message(int status, const json& doc, Response& out) {
-  if (!doc.is_object()) return err(errc::malformed_response);
-  const json* content = member(doc, "content");
-  if (!content) {
-    // An error body where a result was expected: its type says more than "malformed".
-    if (const ErrorFields e = read_error(doc); e.present)
-      return fill_error(status, e, out.error_type, out.error_message);
-    return err(errc::malformed_response);
-  }
-  if (!content->is_array()) return err(errc::malformed_response);
-  for (const json& block : *content) {
+std::error_code read_message(const json& doc, const json& content, Response& out) {
+  if (!content.is_array()) return err(errc::malformed_response);
+  for (const json& block : content) {
     if (!block.is_object()) return err(errc::malformed_response);
     if (string_at(block, "type") != "text") continue;
     const json* text = member(block, "text");
@@ -117,7 +101,8 @@ std::error_code error_code_for(int status, std::string_view error_type) noexcept
 
 std::error_code parse_response(int status, const Headers& headers, std::string_view body,
                                Response& out) noexcept {
-  return detail::parse_response(status, headers, body, out, read_message, fill_error);
+  return detail::parse_response(status, headers, body, out, "content", read_message,
+                                fill_error);
 }
 
 Usage StreamAccumulator::usage() const noexcept {

@@ -103,16 +103,17 @@ inline std::error_code status_error(int status) noexcept {
   return err(errc::malformed_response);  // 1xx, 3xx (redirects are not followed), nonsense
 }
 
-// The non-streamed parse both wires document: fills out.status / headers / raw, resets the
-// fields a response carries, reads a 2xx body with
-//   read_body(int status, const json& doc, Response& out) -> std::error_code
-// and any other status's error with
+// The non-streamed parse both wires document: fills out.status / headers / raw and resets the
+// fields a response carries. A 2xx body is an object holding `result_key`, read by
+//   read_result(const json& doc, const json& result, Response& out) -> std::error_code;
+// a 2xx body without it but with an "error" member, and every other status, go to
 //   fill_error(int status, const ErrorFields&, std::string& error_type,
 //              std::string& error_message) -> std::error_code
-// (non-JSON bodies report their first kMaxBodySnippet bytes as the message). Never throws.
-template <class ReadBody, class FillError>
+// (a non-JSON error body reports its first kMaxBodySnippet bytes as the message). Never throws.
+template <class ReadResult, class FillError>
 std::error_code parse_response(int status, const Headers& headers, std::string_view body,
-                               Response& out, ReadBody read_body, FillError fill_error) noexcept {
+                               Response& out, std::string_view result_key, ReadResult read_result,
+                               FillError fill_error) noexcept {
   try {
     json doc = parse_json(body);
     if (doc.is_discarded()) doc = nullptr;
@@ -129,8 +130,16 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
     out.finish_reason.clear();
     out.error_type.clear();
     out.error_message.clear();
+    const auto read_2xx = [&]() -> std::error_code {
+      if (!doc.is_object()) return err(errc::malformed_response);
+      if (const json* result = member(doc, result_key)) return read_result(doc, *result, out);
+      // An error body where a result was expected: its words say more than "malformed".
+      if (const ErrorFields e = read_error(doc); e.present)
+        return fill_error(status, e, out.error_type, out.error_message);
+      return err(errc::malformed_response);
+    };
     std::error_code ec = is_2xx(status)
-                             ? read_body(status, doc, out)
+                             ? read_2xx()
                              : fill_error(status, failure, out.error_type, out.error_message);
     // Not an HTTP status a provider answers with (the transport reports failures itself): no
     // body rule applies, and status 0 must not read as "in-stream" to error_code_for.

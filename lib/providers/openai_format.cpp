@@ -13,15 +13,8 @@ namespace laneq::openai {
 
 namespace {
 
-using detail::count_at;
-using detail::err;
-using detail::ErrorFields;
-using detail::is_2xx;
-using detail::json;
-using detail::member;
-using detail::parse_json;
-using detail::read_error;
-using detail::string_at;
+// The helpers and the parse skeleton both wire formats share (format_common.hpp).
+using namespace detail;
 
 void read_usage(const json& usage, Usage& out) {
   if (const auto v = count_at(usage, "prompt_tokens")) out.input_tokens = *v;
@@ -45,17 +38,9 @@ std::error_code fill_error(int status, const ErrorFields& e, std::string& error_
 }
 
 // A 2xx body: {"choices": [{"message": {"content"}, "finish_reason"}], "usage": {...}}.
-std::error_code read_completion(int status, const json& doc, Response& out) {
-  if (!doc.is_object()) return err(errc::malformed_response);
-  const json* choices = member(doc, "choices");
-  if (!choices) {
-    // An error body where a result was expected: its words say more than "malformed".
-    if (const ErrorFields e = read_error(doc); e.present)
-      return fill_error(status, e, out.error_type, out.error_message);
-    return err(errc::malformed_response);
-  }
-  if (!choices->is_array() || choices->empty()) return err(errc::malformed_response);
-  const json& first = choices->front();
+std::error_code read_completion(const json& doc, const json& choices, Response& out) {
+  if (!choices.is_array() || choices.empty()) return err(errc::malformed_response);
+  const json& first = choices.front();
   const json* message = member(first, "message");
   if (!message || !message->is_object()) return err(errc::malformed_response);
   if (const json* content = member(*message, "content")) {
@@ -106,7 +91,8 @@ std::error_code error_code_for(int status, std::string_view type, std::string_vi
 
 std::error_code parse_response(int status, const Headers& headers, std::string_view body,
                                Response& out) noexcept {
-  return detail::parse_response(status, headers, body, out, read_completion, fill_error);
+  return detail::parse_response(status, headers, body, out, "choices", read_completion,
+                                fill_error);
 }
 
 void StreamAccumulator::on_event(const SseEvent& event) {
