@@ -268,27 +268,28 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
 
   void arm(const std::shared_ptr<curl_socket_info>& s) {
     if (s->closed) return;
-    if ((s->what & CURL_POLL_IN) && !s->reading) {
-      s->reading = true;
-      s->sock.async_wait(asio::ip::tcp::socket::wait_read,
-                         [self = shared_from_this(), s](std::error_code ec) {
-                           s->reading = false;
-                           if (ec || s->closed || !(s->what & CURL_POLL_IN)) return;
-                           self->action(s->fd, CURL_CSELECT_IN);
-                           self->arm(s);  // curl only calls back when interest changes
-                         });
-    }
-    if ((s->what & CURL_POLL_OUT) && !s->writing) {
-      s->writing = true;
-      s->sock.async_wait(asio::ip::tcp::socket::wait_write,
-                         [self = shared_from_this(), s](std::error_code ec) {
-                           s->writing = false;
-                           if (ec || s->closed || !(s->what & CURL_POLL_OUT)) return;
-                           self->action(s->fd, CURL_CSELECT_OUT);
-                           self->arm(s);
-                         });
-    }
+    arm_one(s, CURL_POLL_IN, &curl_socket_info::reading, asio::ip::tcp::socket::wait_read,
+            CURL_CSELECT_IN);
+    arm_one(s, CURL_POLL_OUT, &curl_socket_info::writing, asio::ip::tcp::socket::wait_write,
+            CURL_CSELECT_OUT);
   }
+
+  // One direction: while curl wants `poll` and no wait is pending (`waiting`), wait for the
+  // socket, tell curl it is ready (`cselect`) and arm again.
+  void arm_one(const std::shared_ptr<curl_socket_info>& s, int poll,
+               bool curl_socket_info::*waiting, asio::ip::tcp::socket::wait_type type,
+               int cselect) {
+    if (!(s->what & poll) || (*s).*waiting) return;
+    (*s).*waiting = true;
+    s->sock.async_wait(type, [self = shared_from_this(), s, poll, waiting,
+                              cselect](std::error_code ec) {
+      (*s).*waiting = false;
+      if (ec || s->closed || !(s->what & poll)) return;
+      self->action(s->fd, cselect);
+      self->arm(s);  // curl only calls back when interest changes
+    });
+  }
+
 
   // --- curl callbacks (always inside a curl call, so on the strand) ---
 
