@@ -327,18 +327,21 @@ std::size_t Scheduler::client_size(std::string_view client) const {
 
 // --- explicit-deadline min-heap; a node's heap position lives in dl_prev ---
 
+void Scheduler::heap_set(std::size_t pos, std::uint32_t slot) {
+  heap_[pos] = slot;
+  nodes_[slot].dl_prev = static_cast<std::uint32_t>(pos);
+}
+
 void Scheduler::heap_up(std::size_t pos) {
   const std::uint32_t slot = heap_[pos];
   const TimePoint key = nodes_[slot].deadline;
   while (pos > 0) {
     const std::size_t parent = (pos - 1) / 2;
     if (nodes_[heap_[parent]].deadline <= key) break;
-    heap_[pos] = heap_[parent];
-    nodes_[heap_[pos]].dl_prev = static_cast<std::uint32_t>(pos);
+    heap_set(pos, heap_[parent]);
     pos = parent;
   }
-  heap_[pos] = slot;
-  nodes_[slot].dl_prev = static_cast<std::uint32_t>(pos);
+  heap_set(pos, slot);
 }
 
 void Scheduler::heap_down(std::size_t pos) {
@@ -351,20 +354,17 @@ void Scheduler::heap_down(std::size_t pos) {
     if (child + 1 < n && nodes_[heap_[child + 1]].deadline < nodes_[heap_[child]].deadline)
       ++child;
     if (key <= nodes_[heap_[child]].deadline) break;
-    heap_[pos] = heap_[child];
-    nodes_[heap_[pos]].dl_prev = static_cast<std::uint32_t>(pos);
+    heap_set(pos, heap_[child]);
     pos = child;
   }
-  heap_[pos] = slot;
-  nodes_[slot].dl_prev = static_cast<std::uint32_t>(pos);
+  heap_set(pos, slot);
 }
 
 void Scheduler::heap_erase(std::size_t pos) {
   const std::uint32_t last = heap_.back();
   heap_.pop_back();
   if (pos == heap_.size()) return;
-  heap_[pos] = last;
-  nodes_[last].dl_prev = static_cast<std::uint32_t>(pos);
+  heap_set(pos, last);
   heap_up(pos);
   heap_down(nodes_[last].dl_prev);
 }

@@ -160,6 +160,7 @@ class Scheduler {
   void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail,
                      std::uint32_t Node::*prev, std::uint32_t Node::*next);
   void ring_erase(std::size_t lane, std::uint32_t client);
+  void heap_set(std::size_t pos, std::uint32_t slot);  // heap_[pos] = slot, kept in its dl_prev
   void heap_up(std::size_t pos);
   void heap_down(std::size_t pos);
   void heap_erase(std::size_t pos);
