@@ -42,6 +42,13 @@ class category final : public std::error_category {
       case errc::malformed_response:
         return "malformed_response: the provider's answer could not be parsed";
       case errc::internal: return "internal: unexpected failure inside laneq or the provider";
+      case errc::journal:
+        return "journal: the durable journal (SQLite file) could not be opened, read or "
+               "written; the exception text or JournalStats::last_error names the file and the "
+               "cause";
+      case errc::duplicate_id:
+        return "duplicate_id: the journal already holds a request with this id; give each "
+               "durable request a unique id, or look the earlier one up by its id";
     }
     return "laneq: unknown error " + std::to_string(ev);
   }

@@ -27,6 +27,9 @@ enum class errc : int {
   network,                // connect / reset / TLS failure
   malformed_response,     // the provider answered something unparseable
   internal,               // a bug in laneq or an exception thrown by a provider
+  // durable journal (store/journal.hpp)
+  journal,                // the journal could not be opened, read or written (the text says why)
+  duplicate_id,           // a journal already holds a request with this id
 };
 
 const std::error_category& error_category() noexcept;

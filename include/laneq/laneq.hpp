@@ -16,5 +16,6 @@
 #include "laneq/scheduler.hpp"
 #include "laneq/simulated_provider.hpp"
 #include "laneq/sse.hpp"
+#include "laneq/store/journal.hpp"
 #include "laneq/token_estimate.hpp"
 #include "laneq/transport.hpp"

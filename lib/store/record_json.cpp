@@ -1,0 +1,72 @@
+#include "record_json.hpp"
+
+#include <cstdint>
+
+namespace laneq::store {
+
+using nlohmann::json;
+
+json to_json(const Request& r) {
+  json messages = json::array();
+  for (const Message& m : r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
+  return {{"model", r.model},
+          {"messages", std::move(messages)},
+          {"max_tokens", r.max_tokens},
+          {"stream", r.stream},
+          {"extra", r.extra}};
+}
+
+json to_json(const Response& r) {
+  json headers = json::array();
+  for (const auto& [name, value] : r.headers) headers.push_back({name, value});
+  return {{"status", r.status},
+          {"text", r.text},
+          {"usage", {{"input_tokens", r.usage.input_tokens},
+                     {"output_tokens", r.usage.output_tokens}}},
+          {"finish_reason", r.finish_reason},
+          {"headers", std::move(headers)},
+          {"raw", r.raw},
+          {"error_type", r.error_type},
+          {"error_message", r.error_message},
+          {"attempts", r.attempts},
+          {"queue_wait_ns", r.queue_wait.count()},
+          {"service_time_ns", r.service_time.count()}};
+}
+
+Request request_from_json(const json& j) {
+  Request r;
+  j.at("model").get_to(r.model);
+  for (const json& m : j.at("messages"))
+    r.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+  j.at("max_tokens").get_to(r.max_tokens);
+  j.at("stream").get_to(r.stream);
+  r.extra = j.at("extra");
+  return r;
+}
+
+Response response_from_json(const json& j) {
+  Response r;
+  j.at("status").get_to(r.status);
+  j.at("text").get_to(r.text);
+  const json& usage = j.at("usage");
+  usage.at("input_tokens").get_to(r.usage.input_tokens);
+  usage.at("output_tokens").get_to(r.usage.output_tokens);
+  j.at("finish_reason").get_to(r.finish_reason);
+  for (const json& h : j.at("headers"))
+    r.headers.emplace_back(h.at(0).get<std::string>(), h.at(1).get<std::string>());
+  r.raw = j.at("raw");
+  j.at("error_type").get_to(r.error_type);
+  j.at("error_message").get_to(r.error_message);
+  j.at("attempts").get_to(r.attempts);
+  r.queue_wait = std::chrono::nanoseconds(j.at("queue_wait_ns").get<std::int64_t>());
+  r.service_time = std::chrono::nanoseconds(j.at("service_time_ns").get<std::int64_t>());
+  return r;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+Request parse_request(std::string_view text) { return request_from_json(json::parse(text)); }
+
+Response parse_response(std::string_view text) { return response_from_json(json::parse(text)); }
+
+}  // namespace laneq::store

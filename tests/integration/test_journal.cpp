@@ -1,0 +1,831 @@
+// The durable journal on real SQLite files, each test in a fresh temporary directory.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iterator>
+#include <mutex>
+#include <random>
+#include <semaphore>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "laneq/laneq.hpp"
+#include "store/record_json.hpp"
+#include "store/schema.hpp"
+
+using namespace std::chrono_literals;
+using laneq::errc;
+using laneq::Journal;
+using laneq::JournalRecord;
+using laneq::JournalState;
+using sys_clock = std::chrono::system_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory per test, removed (with everything in it) at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "laneq-journal-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(dir_, ec))
+      fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(dir_, ec);
+  }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  const fs::path& path() const { return dir_; }
+
+ private:
+  fs::path dir_;
+};
+
+sys_clock::time_point at_ms(std::int64_t ms) { return sys_clock::time_point(std::chrono::milliseconds(ms)); }
+
+constexpr std::int64_t t0_ms = 1'700'000'000'123;
+
+JournalRecord make_record(std::string id, std::string text = "hello") {
+  JournalRecord r;
+  r.id = std::move(id);
+  r.priority = 1;
+  r.client = "tenant-7";
+  r.cost = 3;
+  r.timeout = 30s;
+  r.request = {.model = "gpt-x",
+               .messages = {{"system", "be brief"}, {"user", std::move(text)}},
+               .max_tokens = 64,
+               .stream = true,
+               .extra = {{"temperature", 0.5}, {"tags", {"a", "b"}}}};
+  r.enqueued_at = at_ms(t0_ms);
+  r.deadline = at_ms(t0_ms + 30'000);
+  r.attempts = 0;
+  return r;
+}
+
+laneq::Response make_response() {
+  laneq::Response r;
+  r.status = 200;
+  r.text = "Grüße ✓ \"quoted\"\n";
+  r.usage = {.input_tokens = 12, .output_tokens = 34};
+  r.finish_reason = "stop";
+  r.headers = {{"x-ratelimit-remaining-requests", "59"}, {"Set-Cookie", "a"}, {"set-cookie", "b"}};
+  r.raw = {{"id", "chatcmpl-1"}, {"choices", {{{"index", 0}}}}};
+  r.error_type = "";
+  r.error_message = "";
+  r.attempts = 2;
+  r.queue_wait = 1234567ns;
+  r.service_time = 7654321ns;
+  return r;
+}
+
+void check_same(const laneq::Request& a, const laneq::Request& b) {
+  CHECK(a.model == b.model);
+  REQUIRE(a.messages.size() == b.messages.size());
+  for (std::size_t i = 0; i < a.messages.size(); ++i) {
+    CHECK(a.messages[i].role == b.messages[i].role);
+    CHECK(a.messages[i].content == b.messages[i].content);
+  }
+  CHECK(a.max_tokens == b.max_tokens);
+  CHECK(a.stream == b.stream);
+  CHECK(a.extra == b.extra);
+}
+
+void check_same(const laneq::Response& a, const laneq::Response& b) {
+  CHECK(a.status == b.status);
+  CHECK(a.text == b.text);
+  CHECK(a.usage.input_tokens == b.usage.input_tokens);
+  CHECK(a.usage.output_tokens == b.usage.output_tokens);
+  CHECK(a.finish_reason == b.finish_reason);
+  CHECK(a.headers == b.headers);
+  CHECK(a.raw == b.raw);
+  CHECK(a.error_type == b.error_type);
+  CHECK(a.error_message == b.error_message);
+  CHECK(a.attempts == b.attempts);
+  CHECK(a.queue_wait == b.queue_wait);
+  CHECK(a.service_time == b.service_time);
+}
+
+// What append() stores of a record.
+void check_same_admission(const JournalRecord& a, const JournalRecord& b) {
+  CHECK(a.id == b.id);
+  CHECK(a.priority == b.priority);
+  CHECK(a.client == b.client);
+  CHECK(a.cost == b.cost);
+  CHECK(a.timeout == b.timeout);
+  check_same(a.request, b.request);
+  CHECK(a.enqueued_at == b.enqueued_at);
+  CHECK(a.deadline == b.deadline);
+  CHECK(a.attempts == b.attempts);
+}
+
+// Blocking helpers: each waits for its completion (which runs on the writer thread).
+std::pair<std::error_code, std::int64_t> append_wait(Journal& j, JournalRecord r) {
+  std::promise<std::pair<std::error_code, std::int64_t>> p;
+  j.append(std::move(r), [&p](std::error_code ec, std::int64_t row) { p.set_value({ec, row}); });
+  return p.get_future().get();
+}
+
+std::int64_t append_ok(Journal& j, JournalRecord r) {
+  auto [ec, row] = append_wait(j, std::move(r));
+  REQUIRE_FALSE(ec);
+  REQUIRE(row > 0);
+  return row;
+}
+
+std::error_code flush_wait(Journal& j) {
+  std::promise<std::error_code> p;
+  j.flush([&p](std::error_code ec) { p.set_value(ec); });
+  return p.get_future().get();
+}
+
+std::error_code finish_wait(Journal& j, std::int64_t row, JournalState state,
+                            std::uint32_t attempts, std::error_code error = {},
+                            std::string message = "", const laneq::Response* resp = nullptr) {
+  std::promise<std::error_code> p;
+  j.finish(row, state, attempts, error, std::move(message), resp,
+           [&p](std::error_code ec) { p.set_value(ec); });
+  return p.get_future().get();
+}
+
+std::optional<JournalRecord> lookup_wait(Journal& j, std::string id) {
+  std::promise<std::optional<JournalRecord>> p;
+  j.lookup(std::move(id), [&p](std::error_code ec, std::optional<JournalRecord> r) {
+    CHECK_FALSE(ec);
+    p.set_value(std::move(r));
+  });
+  return p.get_future().get();
+}
+
+std::vector<JournalRecord> list_wait(Journal& j, laneq::JournalListOptions what = {}) {
+  std::promise<std::vector<JournalRecord>> p;
+  j.list(what, [&p](std::error_code ec, std::vector<JournalRecord> r) {
+    CHECK_FALSE(ec);
+    p.set_value(std::move(r));
+  });
+  return p.get_future().get();
+}
+
+std::vector<std::string> ids_of(const std::vector<JournalRecord>& rs) {
+  std::vector<std::string> ids;
+  for (const auto& r : rs) ids.push_back(r.id);
+  return ids;
+}
+
+// The message of the std::system_error(errc::journal) that opening `path` throws.
+std::string open_error(const std::string& path) {
+  try {
+    Journal::open({path});
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::journal);
+    return e.what();
+  }
+  FAIL("Journal::open did not throw");
+  return {};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// A settable clock for finish() stamps and retention.
+struct ManualClock {
+  std::shared_ptr<std::atomic<std::int64_t>> ms = std::make_shared<std::atomic<std::int64_t>>(t0_ms);
+  std::function<sys_clock::time_point()> fn() const {
+    return [ms = ms] { return at_ms(ms->load()); };
+  }
+  void set(std::int64_t v) const { ms->store(v); }
+};
+
+// Raw SQLite access for building old or foreign files (never while a Journal holds the file).
+void sql(const std::string& path, const std::string& statements) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, statements.c_str(), nullptr, nullptr, &err);
+  const std::string msg = err ? err : "";
+  sqlite3_free(err);
+  sqlite3_close(db);
+  INFO(msg);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+}  // namespace
+
+TEST_CASE("appended requests come back after a reopen in admission order with every field",
+          "[journal]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  std::vector<JournalRecord> sent;
+  for (int i = 0; i < 3; ++i) sent.push_back(make_record("req-" + std::to_string(i)));
+  sent[1].timeout.reset();
+  sent[1].deadline.reset();
+  sent[1].request.extra = nullptr;
+  sent[1].request.stream = false;
+  sent[2].request.messages[1].content = "ünïcödé \"quotes\" \\ and a newline\n";
+  sent[2].attempts = 4;
+  std::vector<std::int64_t> rows;
+  {
+    auto j = Journal::open({path});
+    CHECK(j->take_recovered().empty());
+    for (const auto& r : sent) rows.push_back(append_ok(*j, r));
+    CHECK(std::is_sorted(rows.begin(), rows.end()));
+    CHECK(j->stats().appended == 3);
+  }
+  auto j = Journal::open({path});
+  const auto back = j->take_recovered();
+  REQUIRE(back.size() == 3);
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    check_same_admission(back[i], sent[i]);
+    CHECK(back[i].row == rows[i]);
+    CHECK(back[i].state == JournalState::pending);
+    CHECK_FALSE(back[i].finished_at);
+    CHECK_FALSE(back[i].response);
+  }
+  CHECK(j->take_recovered().empty());  // once
+  CHECK(j->stats().recovered_pending == 3);
+  CHECK(j->stats().recovered_in_flight == 0);
+}
+
+TEST_CASE("an in-flight request is recovered as pending with its attempts kept and its lease void",
+          "[journal]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  {
+    auto j = Journal::open({path});
+    const auto row = append_ok(*j, make_record("a"));
+    append_ok(*j, make_record("b"));
+    j->mark_in_flight(row, 3, at_ms(t0_ms + 60'000), 2);
+    const auto leased = lookup_wait(*j, "a");
+    REQUIRE(leased);
+    CHECK(leased->state == JournalState::in_flight);
+    CHECK(leased->lease_owner == j->owner());
+    CHECK(leased->lease_worker == 3);
+    CHECK(leased->lease_until == at_ms(t0_ms + 60'000));
+    CHECK(leased->attempts == 2);
+  }
+  auto j = Journal::open({path});
+  const auto back = j->take_recovered();
+  REQUIRE(ids_of(back) == std::vector<std::string>{"a", "b"});
+  CHECK(back[0].state == JournalState::pending);
+  CHECK(back[0].attempts == 2);
+  CHECK(back[0].lease_owner.empty());
+  CHECK(back[0].lease_worker == -1);
+  CHECK_FALSE(back[0].lease_until);
+  CHECK(j->stats().recovered_in_flight == 1);
+  CHECK(j->stats().recovered_pending == 1);
+  CHECK(lookup_wait(*j, "a")->state == JournalState::pending);  // also in the file
+}
+
+TEST_CASE("finished requests are not recovered and keep their outcome", "[journal]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  ManualClock clock;
+  const auto response = make_response();
+  {
+    auto j = Journal::open({.path = path, .clock = clock.fn()});
+    const auto ok_row = append_ok(*j, make_record("ok"));
+    const auto bad_row = append_ok(*j, make_record("bad"));
+    const auto sys_row = append_ok(*j, make_record("sys"));
+    append_ok(*j, make_record("open"));
+    j->mark_in_flight(ok_row, 0, at_ms(t0_ms + 1000), 1);
+    clock.set(t0_ms + 5000);
+    CHECK_FALSE(finish_wait(*j, ok_row, JournalState::succeeded, 1, {}, "", &response));
+    CHECK_FALSE(finish_wait(*j, bad_row, JournalState::failed, 3, errc::rate_limited, "429 twice"));
+    CHECK_FALSE(finish_wait(*j, sys_row, JournalState::expired, 0,
+                            std::make_error_code(std::errc::timed_out), "deadline"));
+    CHECK(j->stats().finished == 3);
+  }
+  auto j = Journal::open({.path = path, .clock = clock.fn()});
+  CHECK(ids_of(j->take_recovered()) == std::vector<std::string>{"open"});
+
+  const auto ok = lookup_wait(*j, "ok");
+  REQUIRE(ok);
+  CHECK(ok->state == JournalState::succeeded);
+  CHECK(ok->attempts == 1);
+  CHECK(ok->finished_at == at_ms(t0_ms + 5000));
+  CHECK_FALSE(ok->error);
+  REQUIRE(ok->response);
+  check_same(*ok->response, response);
+
+  const auto bad = lookup_wait(*j, "bad");
+  REQUIRE(bad);
+  CHECK(bad->state == JournalState::failed);
+  CHECK(bad->attempts == 3);
+  CHECK(bad->error == errc::rate_limited);
+  CHECK(bad->error_message == "429 twice");
+  CHECK_FALSE(bad->response);
+
+  const auto sys = lookup_wait(*j, "sys");
+  REQUIRE(sys);
+  CHECK(sys->state == JournalState::expired);
+  CHECK(sys->error == std::errc::timed_out);
+}
+
+TEST_CASE("lookup finds a request by id and list filters by state in row order with paging",
+          "[journal]") {
+  TempDir dir;
+  auto j = Journal::open({dir.file("j.db")});
+  std::vector<std::int64_t> rows;
+  for (int i = 0; i < 6; ++i) rows.push_back(append_ok(*j, make_record("r" + std::to_string(i))));
+  j->mark_in_flight(rows[1], 0, at_ms(t0_ms), 1);
+  CHECK_FALSE(finish_wait(*j, rows[2], JournalState::succeeded, 1));
+  CHECK_FALSE(finish_wait(*j, rows[4], JournalState::cancelled, 0, errc::cancelled));
+
+  CHECK_FALSE(lookup_wait(*j, "nope"));
+  const auto r3 = lookup_wait(*j, "r3");
+  REQUIRE(r3);
+  CHECK(r3->row == rows[3]);
+  check_same_admission(*r3, make_record("r3"));
+
+  CHECK(ids_of(list_wait(*j)) == std::vector<std::string>{"r0", "r1", "r2", "r3", "r4", "r5"});
+  CHECK(ids_of(list_wait(*j, {.states = laneq::JournalStateSet::finished()})) ==
+        std::vector<std::string>{"r2", "r4"});
+  CHECK(ids_of(list_wait(*j, {.states = {JournalState::in_flight}})) ==
+        std::vector<std::string>{"r1"});
+  CHECK(ids_of(list_wait(*j, {.states = laneq::JournalStateSet::open()})) ==
+        std::vector<std::string>{"r0", "r1", "r3", "r5"});
+  CHECK(ids_of(list_wait(*j, {.after_row = rows[1], .limit = 2})) ==
+        std::vector<std::string>{"r2", "r3"});
+}
+
+TEST_CASE("appending an id that is already in the journal fails with duplicate_id", "[journal]") {
+  TempDir dir;
+  auto j = Journal::open({dir.file("j.db")});
+  const auto row = append_ok(*j, make_record("same", "first"));
+  auto [ec, dup_row] = append_wait(*j, make_record("same", "second"));
+  CHECK(ec == errc::duplicate_id);
+  CHECK(dup_row == 0);
+
+  // Twice in one batch: queued back to back, the second loses.
+  std::promise<std::error_code> first, second;
+  j->append(make_record("twin"), [&](std::error_code e, std::int64_t) { first.set_value(e); });
+  j->append(make_record("twin"), [&](std::error_code e, std::int64_t) { second.set_value(e); });
+  CHECK_FALSE(first.get_future().get());
+  CHECK(second.get_future().get() == errc::duplicate_id);
+
+  const auto kept = lookup_wait(*j, "same");
+  REQUIRE(kept);
+  CHECK(kept->row == row);
+  CHECK(kept->request.messages[1].content == "first");
+  CHECK(j->stats().duplicates == 2);
+  CHECK(j->stats().write_errors == 0);
+}
+
+TEST_CASE("appends from 4 threads are group-committed and each completion runs exactly once",
+          "[journal]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  constexpr int threads = 4, per_thread = 2500, total = threads * per_thread;
+  std::vector<std::atomic<int>> calls(total);
+  std::vector<std::int64_t> rows(total, 0);  // each slot written by its own completion only
+  std::atomic<int> errors{0};
+  {
+    auto j = Journal::open({.path = path, .max_batch = 512});
+    std::vector<std::thread> producers;
+    for (int t = 0; t < threads; ++t)
+      producers.emplace_back([&, t] {
+        for (int i = 0; i < per_thread; ++i) {
+          const int k = t * per_thread + i;
+          j->append(make_record("t" + std::to_string(k)), [&, k](std::error_code ec, std::int64_t row) {
+            if (ec) ++errors;
+            rows[static_cast<std::size_t>(k)] = row;
+            ++calls[static_cast<std::size_t>(k)];
+          });
+        }
+      });
+    for (auto& p : producers) p.join();
+    REQUIRE_FALSE(flush_wait(*j));
+    const auto s = j->stats();
+    CHECK(s.appended == total);
+    CHECK(s.transactions < static_cast<std::uint64_t>(total));
+    CHECK(s.largest_batch > 1);
+    CHECK(s.largest_batch <= 512);
+    CHECK(s.queued == 0);
+  }
+  CHECK(errors == 0);
+  for (const auto& c : calls) REQUIRE(c == 1);
+  for (int t = 0; t < threads; ++t)  // one thread's appends keep their order
+    CHECK(std::is_sorted(rows.begin() + t * per_thread, rows.begin() + (t + 1) * per_thread));
+  CHECK(std::set<std::int64_t>(rows.begin(), rows.end()).size() == total);
+
+  auto j = Journal::open({path});
+  const auto back = j->take_recovered();
+  REQUIRE(back.size() == total);
+  std::set<std::string> ids;
+  for (const auto& r : back) ids.insert(r.id);
+  CHECK(ids.size() == total);
+}
+
+TEST_CASE("retention deletes finished rows older than the maximum age and never open ones",
+          "[journal][retention]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  ManualClock clock;
+  {
+    auto j = Journal::open({.path = path, .clock = clock.fn()});
+    for (int i = 0; i < 4; ++i) append_ok(*j, make_record("r" + std::to_string(i)));
+    j->mark_in_flight(4, 0, at_ms(t0_ms), 1);  // open, and old: kept
+    CHECK_FALSE(finish_wait(*j, 1, JournalState::succeeded, 1));
+    clock.set(t0_ms + 30 * 60'000);
+    CHECK_FALSE(finish_wait(*j, 2, JournalState::failed, 1));
+  }
+  clock.set(t0_ms + 65 * 60'000);  // r0 finished 65 min ago, r1 35 min ago
+  auto j = Journal::open({.path = path, .retention_max_age = 1h, .clock = clock.fn()});
+  CHECK(j->stats().retention_deleted == 1);
+  CHECK(ids_of(list_wait(*j)) == std::vector<std::string>{"r1", "r2", "r3"});
+}
+
+TEST_CASE("retention keeps only the newest finished rows when keep_last is set",
+          "[journal][retention]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  ManualClock clock;
+  {
+    auto j = Journal::open({.path = path, .clock = clock.fn()});
+    for (int i = 0; i < 6; ++i) append_ok(*j, make_record("r" + std::to_string(i)));
+    // finish in the order 5, 1, 3, 0, 2 (r4 stays pending), one second apart
+    for (int row : {6, 2, 4, 1, 3}) {
+      clock.set(clock.ms->load() + 1000);
+      CHECK_FALSE(finish_wait(*j, row, JournalState::succeeded, 1));
+    }
+  }
+  auto j = Journal::open({.path = path, .retention_keep_last = 2, .clock = clock.fn()});
+  CHECK(j->stats().retention_deleted == 3);
+  CHECK(ids_of(list_wait(*j)) == std::vector<std::string>{"r0", "r2", "r4"});
+}
+
+TEST_CASE("retention also runs on the writer thread after every 1000 finished rows",
+          "[journal][retention]") {
+  TempDir dir;
+  auto j = Journal::open({.path = dir.file("j.db"), .retention_keep_last = 10});
+  constexpr int n = 1200;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < n; ++i)
+    j->append(make_record("r" + std::to_string(i)), [&](std::error_code ec, std::int64_t row) {
+      if (ec) ++failures;
+      // a completion may call the journal again
+      j->finish(row, JournalState::succeeded, 1, {}, "", nullptr,
+                [&](std::error_code e) { failures += e ? 1 : 0; });
+    });
+  REQUIRE_FALSE(flush_wait(*j));  // the finishes were queued before this flush's batch ran
+  REQUIRE_FALSE(flush_wait(*j));
+  CHECK(failures == 0);
+  const auto s = j->stats();
+  CHECK(s.finished == n);
+  CHECK(s.retention_passes >= 2);  // at open, then once 1000 rows finished
+  CHECK(s.retention_deleted >= 990);
+  const auto left = list_wait(*j);
+  CHECK(left.size() == n - s.retention_deleted);
+  CHECK(left.back().id == "r1199");  // the newest are kept
+}
+
+TEST_CASE("flush completes after everything queued before it, in call order", "[journal]") {
+  TempDir dir;
+  auto j = Journal::open({dir.file("j.db")});
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto note = [&](std::string what) {
+    std::lock_guard lock(mu);
+    order.push_back(std::move(what));
+  };
+  std::promise<void> done;
+  j->append(make_record("a"), [&](std::error_code, std::int64_t) { note("append a"); });
+  j->finish(1, JournalState::succeeded, 1, {}, "", nullptr, [&](std::error_code) { note("finish a"); });
+  j->lookup("a", [&](std::error_code, std::optional<JournalRecord> r) {
+    note(r && r->state == JournalState::succeeded ? "lookup a: succeeded" : "lookup a: ?");
+  });
+  j->flush([&](std::error_code) { note("flush 1"); });
+  j->append(make_record("b"), [&](std::error_code, std::int64_t) { note("append b"); });
+  j->flush([&](std::error_code) {
+    note("flush 2");
+    done.set_value();
+  });
+  done.get_future().get();
+  CHECK(order == std::vector<std::string>{"append a", "finish a", "lookup a: succeeded", "flush 1",
+                                          "append b", "flush 2"});
+}
+
+TEST_CASE("the destructor commits queued work and runs every completion", "[journal]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  constexpr int n = 3000;
+  std::atomic<int> ok{0}, failed{0};
+  {
+    auto j = Journal::open({path});
+    for (int i = 0; i < n; ++i)
+      j->append(make_record("r" + std::to_string(i)),
+                [&](std::error_code ec, std::int64_t) { ++(ec ? failed : ok); });
+  }  // no flush: the destructor drains
+  CHECK(ok == n);
+  CHECK(failed == 0);
+  CHECK(Journal::open({path})->take_recovered().size() == n);
+}
+
+TEST_CASE("a completion may drop the last reference to the journal", "[journal]") {
+  TempDir dir;
+  auto j = Journal::open({dir.file("j.db")});
+  std::promise<std::error_code> p;
+  j->append(make_record("a"), [keep = j, &p](std::error_code ec, std::int64_t) mutable {
+    keep.reset();  // not the last one yet
+    p.set_value(ec);
+  });
+  std::promise<void> gone;
+  j->flush([keep = std::move(j), &gone](std::error_code) mutable {
+    keep.reset();  // the last reference: ~Journal runs on the writer thread
+    gone.set_value();
+  });
+  CHECK_FALSE(p.get_future().get());
+  gone.get_future().get();
+}
+
+TEST_CASE("finishing a row that is not open fails with journal and counts a write error",
+          "[journal]") {
+  TempDir dir;
+  auto j = Journal::open({dir.file("j.db")});
+  const auto row = append_ok(*j, make_record("a"));
+  CHECK_FALSE(finish_wait(*j, row, JournalState::succeeded, 1));
+  CHECK(finish_wait(*j, row, JournalState::failed, 2) == errc::journal);
+  CHECK(finish_wait(*j, 999, JournalState::failed, 2) == errc::journal);
+  const auto s = j->stats();
+  CHECK(s.write_errors == 2);
+  CHECK(s.last_error.find("row 999") != std::string::npos);
+  CHECK(lookup_wait(*j, "a")->state == JournalState::succeeded);  // the first outcome stays
+  CHECK_THROWS_AS(j->finish(row, JournalState::in_flight, 1, {}, "", nullptr, nullptr),
+                  std::invalid_argument);
+}
+
+TEST_CASE("release puts an in-flight row back to pending and keeps its attempts", "[journal]") {
+  TempDir dir;
+  auto j = Journal::open({dir.file("j.db")});
+  const auto row = append_ok(*j, make_record("a"));
+  j->mark_in_flight(row, 1, at_ms(t0_ms), 2);
+  j->release(row);
+  const auto r = lookup_wait(*j, "a");
+  REQUIRE(r);
+  CHECK(r->state == JournalState::pending);
+  CHECK(r->attempts == 2);
+  CHECK_FALSE(r->lease_until);
+  CHECK(j->stats().released == 1);
+}
+
+TEST_CASE("an invalid journal config is rejected naming the field", "[journal][errors]") {
+  TempDir dir;
+  auto field_of = [](laneq::JournalConfig c) {
+    try {
+      Journal::open(std::move(c));
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(field_of({}), Catch::Contains("JournalConfig::path"));
+  CHECK_THAT(field_of({.path = dir.file("j.db"), .max_batch = 0}),
+             Catch::Contains("JournalConfig::max_batch"));
+  CHECK_THAT(field_of({.path = dir.file("j.db"), .retention_max_age = -1ms}),
+             Catch::Contains("JournalConfig::retention_max_age"));
+
+  laneq::JournalConfig c{.path = "x.db", .max_batch = 7};
+  c = "run.db";  // a path alone means the defaults
+  CHECK(c.path == "run.db");
+  CHECK(c.max_batch == 4096);
+}
+
+TEST_CASE("a second open of a journal that is open is refused as locked", "[journal][errors]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  auto first = Journal::open({path});
+  append_ok(*first, make_record("a"));
+  const auto msg = open_error(path);
+  CHECK_THAT(msg, Catch::Contains("is locked by another process"));
+  CHECK_THAT(msg, Catch::Contains(path));
+  append_ok(*first, make_record("b"));  // the owner is unaffected
+  first.reset();
+  CHECK(Journal::open({path})->take_recovered().size() == 2);
+}
+
+TEST_CASE("a journal under a path whose parent is not a directory cannot be created",
+          "[journal][errors]") {
+  TempDir dir;
+  std::ofstream(dir.file("plain")) << "a file";
+  const auto path = dir.file("plain") + "/j.db";
+  const auto msg = open_error(path);
+  CHECK_THAT(msg, Catch::Contains("cannot be opened or created"));
+  CHECK_THAT(msg, Catch::Contains(path));
+}
+
+TEST_CASE("a read-only journal file or directory is refused with a clear error",
+          "[journal][errors]") {
+  // Root writes through permission bits, so when run as root the open is tried in a child
+  // process that first becomes the unprivileged user `nobody`.
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::all, fs::perm_options::replace);  // nobody may enter
+  const auto ro_file = dir.file("ro.db");
+  { Journal::open({ro_file}); }  // a valid journal
+  ::chmod(ro_file.c_str(), 0444);
+  fs::create_directory(dir.file("ro-dir"));
+  ::chmod(dir.file("ro-dir").c_str(), 0555);
+  const auto in_ro_dir = dir.file("ro-dir") + "/j.db";
+  // a writable journal in a read-only directory: the WAL file cannot be created beside it
+  fs::create_directory(dir.file("ro-dir2"));
+  const auto writable_in_ro_dir = dir.file("ro-dir2") + "/j.db";
+  { Journal::open({writable_in_ro_dir}); }
+  ::chmod(writable_in_ro_dir.c_str(), 0666);
+  ::chmod(dir.file("ro-dir2").c_str(), 0555);
+
+  auto open_as_user = [](const std::string& path) -> std::string {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // child: no Catch2 here, only _exit
+      ::close(fds[0]);
+      std::string out = "opened";
+      if (::getuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) out = "setuid failed";
+      else {
+        try {
+          Journal::open({path});
+        } catch (const std::exception& e) {
+          out = e.what();
+        }
+      }
+      (void)!::write(fds[1], out.data(), out.size());
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string out;
+    char buf[512];
+    for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return out;
+  };
+
+  const auto file_msg = open_as_user(ro_file);
+  CHECK_THAT(file_msg, Catch::Contains("cannot be written"));
+  CHECK_THAT(file_msg, Catch::Contains(ro_file));
+  const auto dir_msg = open_as_user(in_ro_dir);
+  CHECK_THAT(dir_msg, Catch::Contains("cannot be opened or created"));
+  CHECK_THAT(dir_msg, Catch::Contains(in_ro_dir));
+  const auto wal_msg = open_as_user(writable_in_ro_dir);
+  INFO(wal_msg);
+  CHECK_THAT(wal_msg, Catch::Contains(writable_in_ro_dir));
+  CHECK_THAT(wal_msg, Catch::Contains("cannot be written"));
+}
+
+TEST_CASE("a file of random bytes is refused as not a database and left untouched",
+          "[journal][errors]") {
+  TempDir dir;
+  const auto path = dir.file("noise.db");
+  std::string noise(64 * 1024, '\0');
+  std::mt19937 rng(42);
+  for (auto& c : noise) c = static_cast<char>(rng());
+  std::ofstream(path, std::ios::binary) << noise;
+  const auto msg = open_error(path);
+  CHECK_THAT(msg, Catch::Contains("is not a SQLite database"));
+  CHECK_THAT(msg, Catch::Contains(path));
+  CHECK(read_file(path) == noise);
+  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("a journal with a newer schema version is refused and left untouched",
+          "[journal][errors]") {
+  TempDir dir;
+  const auto path = dir.file("future.db");
+  sql(path, "CREATE TABLE requests(x); PRAGMA user_version = 99;");
+  const auto before = read_file(path);
+  const auto msg = open_error(path);
+  CHECK_THAT(msg, Catch::Contains("schema version 99, newer than this laneq supports"));
+  CHECK(read_file(path) == before);
+}
+
+TEST_CASE("a version 1 journal is migrated to version 2 and keeps its rows", "[journal]") {
+  TempDir dir;
+  const auto path = dir.file("v1.db");
+  const std::string request = laneq::store::dump(laneq::store::to_json(make_record("x").request));
+  // A journal as the first schema left it: one pending and one in_flight row, one finished.
+  sql(path, std::string(laneq::store::migrations[0]) +
+                "PRAGMA user_version = 1;"
+                "INSERT INTO requests(id, state, priority, client, request, enqueued_at, attempts)"
+                " VALUES('p', 0, 5, 'c', '" + request + "', 1000, 0),"
+                "       ('f', 1, 0, 'c', '" + request + "', 2000, 2);"
+                "INSERT INTO requests(id, state, priority, request, enqueued_at, finished_at)"
+                " VALUES('done', 2, 5, '" + request + "', 3000, 4000);");
+  {
+    auto j = Journal::open({path});
+    const auto back = j->take_recovered();
+    REQUIRE(ids_of(back) == std::vector<std::string>{"p", "f"});
+    CHECK(back[1].attempts == 2);
+    CHECK(back[1].priority == 0);
+    CHECK(back[1].lease_worker == -1);
+    check_same(back[0].request, make_record("x").request);
+    const auto done = lookup_wait(*j, "done");
+    REQUIRE(done);
+    CHECK(done->finished_at == at_ms(4000));
+    // the new columns work
+    j->mark_in_flight(back[0].row, 5, at_ms(9000), 1);
+    CHECK(lookup_wait(*j, "p")->lease_worker == 5);
+  }
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+  CHECK(sqlite3_column_int(st, 0) == laneq::store::schema_version);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST_CASE("every acknowledged append survives a kill -9 of the writing process", "[journal]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // child: appends until killed, writing each acknowledged id to the pipe
+    ::close(fds[0]);
+    try {
+      auto j = Journal::open({path});
+      std::counting_semaphore<> window(256);  // bounded queue, no busy loop
+      for (int i = 0;; ++i) {
+        window.acquire();
+        std::string id = "k" + std::to_string(i);
+        j->append(make_record(id), [&window, fd = fds[1], id](std::error_code ec, std::int64_t) {
+          if (!ec) {
+            const std::string line = id + "\n";
+            (void)!::write(fd, line.data(), line.size());
+          }
+          window.release();
+        });
+      }
+    } catch (...) {
+    }
+    ::_exit(2);
+  }
+  ::close(fds[1]);
+  std::string acked;
+  char buf[4096];
+  auto lines = [&] { return std::count(acked.begin(), acked.end(), '\n'); };
+  ssize_t k = 0;
+  while (lines() < 3000 && (k = ::read(fds[0], buf, sizeof buf)) > 0)
+    acked.append(buf, static_cast<std::size_t>(k));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  while ((k = ::read(fds[0], buf, sizeof buf)) > 0) acked.append(buf, static_cast<std::size_t>(k));
+  ::close(fds[0]);
+
+  std::set<std::string> acknowledged;
+  for (std::size_t at = 0, nl; (nl = acked.find('\n', at)) != std::string::npos; at = nl + 1)
+    acknowledged.insert(acked.substr(at, nl - at));
+  REQUIRE(acknowledged.size() >= 3000);
+
+  auto j = Journal::open({path});
+  std::set<std::string> stored;
+  for (const auto& r : j->take_recovered()) stored.insert(r.id);
+  std::size_t lost = 0;
+  for (const auto& id : acknowledged) lost += stored.count(id) ? 0 : 1;
+  CHECK(lost == 0);
+  CHECK(stored.size() >= acknowledged.size());
+}
+
+TEST_CASE("requests and responses round-trip through their stored JSON", "[journal][json]") {
+  const auto req = make_record("x").request;
+  const auto req_text = laneq::store::dump(laneq::store::to_json(req));
+  check_same(laneq::store::parse_request(req_text), req);
+  const auto j = nlohmann::json::parse(req_text);
+  CHECK(j.at("messages").at(1).at("role") == "user");
+  CHECK(j.at("extra").at("temperature") == 0.5);
+
+  const auto resp = make_response();
+  check_same(laneq::store::parse_response(laneq::store::dump(laneq::store::to_json(resp))), resp);
+  laneq::Response empty;
+  check_same(laneq::store::parse_response(laneq::store::dump(laneq::store::to_json(empty))), empty);
+
+  laneq::Request bad_utf8{.model = "m", .messages = {{"user", "\xff\xfe ok"}}};
+  CHECK_NOTHROW(laneq::store::dump(laneq::store::to_json(bad_utf8)));
+  CHECK_THROWS(laneq::store::parse_request(R"({"model":"m"})"));
+}
