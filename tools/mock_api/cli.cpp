@@ -1,50 +1,26 @@
 #include "mock_api/cli.hpp"
 
-#include <charconv>
-#include <cmath>
-#include <cstdlib>
-#include <functional>
-#include <optional>
+#include <csignal>
+#include <iostream>
 #include <string_view>
+#include <thread>
 #include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+
+#include "common/flags.hpp"
+#include "mock_api/mock_server.hpp"
 
 namespace laneq::mock {
 
 namespace {
 
-[[noreturn]] void bad(std::string_view flag, std::string_view why) {
-  std::string m(flag);
-  m += ": ";
-  m += why;
-  throw std::invalid_argument(m);
-}
+using flags::bad;
+using flags::integer;
+using Flag = flags::Flag<CliOptions>;
 
-std::int64_t integer(std::string_view flag, std::string_view v, std::int64_t min, std::int64_t max) {
-  std::int64_t n = 0;
-  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (v.empty() || ec != std::errc{} || p != v.data() + v.size())
-    bad(flag, "expected an integer, got \"" + std::string(v) + "\"");
-  if (n < min || n > max)
-    bad(flag, "must be in " + std::to_string(min) + ".." + std::to_string(max));
-  return n;
-}
-
-double rate(std::string_view flag, std::string_view v) {
-  const std::string s(v);
-  char* end = nullptr;
-  const double x = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(x))
-    bad(flag, "expected a number, got \"" + s + "\"");
-  if (x < 0.0 || x > 1.0) bad(flag, "must be in [0, 1]");
-  return x;
-}
-
-struct Flag {
-  std::string_view name;
-  bool takes_value;
-  std::string_view help;
-  std::function<void(CliOptions&, std::string_view flag, std::string_view value)> apply;
-};
+double rate(std::string_view flag, std::string_view v) { return flags::number(flag, v, 0.0, 1.0); }
 
 const std::vector<Flag>& flags() {
   using ms = std::chrono::milliseconds;
@@ -115,27 +91,7 @@ const std::vector<Flag>& flags() {
 
 CliOptions parse_cli(int argc, const char* const* argv) {
   CliOptions opts;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "-h") arg = "--help";
-    std::string_view name = arg;
-    std::optional<std::string_view> value;
-    if (const auto eq = arg.find('='); arg.substr(0, 2) == "--" && eq != std::string_view::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
-    const Flag* flag = nullptr;
-    for (const auto& f : flags())
-      if (f.name == name) flag = &f;
-    if (!flag) bad(arg, "unknown flag");
-    if (flag->takes_value && !value) {
-      if (i + 1 >= argc) bad(name, "needs a value");
-      value = argv[++i];
-    } else if (!flag->takes_value && value) {
-      bad(name, "takes no value");
-    }
-    flag->apply(opts, name, value.value_or(""));
-  }
+  flags::parse(flags(), opts, argc, argv);
   validate(opts.config);  // e.g. error rates that add up to more than 1
   return opts;
 }
@@ -146,14 +102,41 @@ std::string cli_usage() {
       "Mock OpenAI (POST /v1/chat/completions) and Anthropic (POST /v1/messages) API server on\n"
       "127.0.0.1. Prints \"laneq-mock-api listening on 127.0.0.1:<port>\", runs until SIGINT or\n"
       "SIGTERM. GET /stats, POST /control/script, POST /control/reset: see docs/mock_api.md.\n\n";
-  for (const auto& f : flags()) {
-    u += "  ";
-    u += f.name;
-    u += ' ';
-    u += f.help;
-    u += '\n';
+  return u + flags::usage(flags());
+}
+
+int run_mock_program(int argc, const char* const* argv, std::string_view program) {
+  CliOptions opts;
+  try {
+    opts = parse_cli(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << program << ": " << e.what() << " (see " << program << " --help)\n";
+    return 2;
   }
-  return u;
+  if (opts.help) {
+    std::cout << cli_usage();
+    return 0;
+  }
+  try {
+    asio::io_context io(static_cast<int>(opts.threads));
+    MockServer server(io, opts.config);
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](std::error_code ec, int) {
+      if (!ec) server.stop();  // run() returns once every connection has closed
+    });
+    server.start();
+    // The one line scripts and tests wait for; flushed so a pipe sees it at once.
+    std::cout << "laneq-mock-api listening on 127.0.0.1:" << server.port() << std::endl;
+    std::vector<std::thread> extra;
+    for (unsigned i = 1; i < opts.threads; ++i) extra.emplace_back([&io] { io.run(); });
+    io.run();
+    for (auto& t : extra) t.join();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": cannot serve on 127.0.0.1:" << opts.config.port << ": " << e.what()
+              << '\n';
+    return 1;
+  }
 }
 
 }  // namespace laneq::mock

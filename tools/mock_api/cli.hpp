@@ -2,6 +2,7 @@
 // Command-line flags of laneq-mock-api, parsed into a MockConfig.
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "mock_api/mock_config.hpp"
 
@@ -18,5 +19,10 @@ struct CliOptions {
 CliOptions parse_cli(int argc, const char* const* argv);
 
 std::string cli_usage();
+
+// The whole program: parses argv[1..], serves until SIGINT / SIGTERM, returns the exit code
+// (0; 2 for bad flags; 1 when it cannot serve). `program` names it in messages
+// ("laneq-mock-api", "laneq mock").
+int run_mock_program(int argc, const char* const* argv, std::string_view program);
 
 }  // namespace laneq::mock
