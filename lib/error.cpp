@@ -49,6 +49,9 @@ class category final : public std::error_category {
       case errc::duplicate_id:
         return "duplicate_id: the journal already holds a request with this id; give each "
                "durable request a unique id, or look the earlier one up by its id";
+      case errc::no_journal:
+        return "no_journal: a durable request (SubmitOptions::durable, async_enqueue) or a result "
+               "lookup needs a journal; set QueueConfig::journal to a file";
     }
     return "laneq: unknown error " + std::to_string(ev);
   }
@@ -59,6 +62,15 @@ class category final : public std::error_category {
 const std::error_category& error_category() noexcept {
   static const category instance;
   return instance;
+}
+
+std::string error_name(std::error_code ec) {
+  if (ec.category() != error_category())
+    return std::string(ec.category().name()) + ":" + std::to_string(ec.value());
+  // Every laneq message starts with its name: "timeout: the request's deadline ...".
+  std::string m = ec.message();
+  const auto colon = m.find(':');
+  return colon == std::string::npos ? m : m.substr(0, colon);
 }
 
 }  // namespace laneq

@@ -30,6 +30,7 @@ enum class errc : int {
   // durable journal (store/journal.hpp)
   journal,                // the journal could not be opened, read or written (the text says why)
   duplicate_id,           // a journal already holds a request with this id
+  no_journal,             // a durable submit or result lookup on a queue without a journal
 };
 
 const std::error_category& error_category() noexcept;
@@ -37,6 +38,10 @@ const std::error_category& error_category() noexcept;
 inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), error_category()};
 }
+
+// A short stable name for logs and files: "timeout", "rate_limited", ... for laneq codes,
+// "<category>:<value>" (e.g. "system:104") for any other.
+std::string error_name(std::error_code ec);
 
 }  // namespace laneq
 
