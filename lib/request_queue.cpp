@@ -1,6 +1,8 @@
 #include "laneq/request_queue.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -129,12 +131,69 @@ std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfi
 }  // namespace
 
 struct worker {
+  int index = 0;
   bool reserved = false;
   op_ptr current = nullptr;
   bool acquiring = false;  // `current` waits on the rate limiter: no call made yet
   Response result;  // the provider's answer lands here; only the error code travels the resume
   asio::cancellation_signal signal;
   unique_function<void(op_ptr)> parked;
+};
+
+// A made-up id for a durable request without one: a random per-process prefix and a counter,
+// unique across restarts of the same journal (any thread).
+std::string make_request_id() {
+  static const std::uint64_t prefix = std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32);
+  static std::atomic<std::uint64_t> counter{0};
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "lq-%016llx-%llx", static_cast<unsigned long long>(prefix),
+                static_cast<unsigned long long>(counter.fetch_add(1, std::memory_order_relaxed)));
+  return buf;
+}
+
+// Completions from the journal's writer thread, delivered to the strand in order: one post per
+// burst (as for submits), and none once the queue is gone (the journal may outlive it).
+struct journal_event {
+  enum class kind : std::uint8_t { appended, finished, flushed };
+  kind what;
+  submit_op_base* op = nullptr;
+  std::error_code ec{};
+  std::int64_t row = 0;
+};
+
+struct journal_link : std::enable_shared_from_this<journal_link> {
+  journal_link(queue_impl* queue, CallExecutor ex) : q(queue), strand(std::move(ex)) {}
+  void push(journal_event e) {
+    bool first;
+    {
+      std::lock_guard lock(mu);
+      if (closed) return;
+      first = pending.empty();
+      pending.push_back(e);
+    }
+    if (first) asio::post(strand, [self = shared_from_this()] { self->drain(); });
+  }
+  void drain();  // strand; after queue_impl
+  void close() {
+    std::lock_guard lock(mu);
+    closed = true;
+    pending.clear();
+  }
+
+  queue_impl* q;
+  CallExecutor strand;
+  std::mutex mu;
+  bool closed = false;                 // guarded by mu
+  std::vector<journal_event> pending;  // guarded by mu
+  std::vector<journal_event> running;  // strand only
+};
+
+// The handler of a durable request nobody awaits (recovered, or async_enqueue'd): its final
+// outcome goes to QueueConfig::on_durable_result.
+struct durable_result_handler {
+  queue_impl* q;
+  std::string id;
+  void operator()(std::error_code ec, Response r);  // after queue_impl
 };
 
 class queue_impl {
@@ -147,17 +206,47 @@ class queue_impl {
         metrics_(metric_lanes(sched_, cfg_), cfg_.metrics_max_clients),
         timer_(strand_),
         limiter_(std::make_unique<RateLimiter>(ex, cfg_.rate_limits, "default")),
-        rng_(std::random_device{}()) {
+        rng_(std::random_device{}()),
+        executor_(ex) {
     for (const auto& [model, limits] : cfg_.model_rate_limits)
       model_limiters_.emplace(model, std::make_unique<RateLimiter>(ex, limits, model));
     for (const auto& [client, w] : cfg_.client_weights) sched_.set_client_weight(client, w);
     for (const LaneConfig* l : lanes_by_rank(sched_, cfg_)) lane_when_full_.push_back(l->when_full);
+    journal_ = cfg_.journal_store ? cfg_.journal_store
+                                  : (cfg_.journal.path.empty() ? nullptr : Journal::open(cfg_.journal));
+    if (journal_) {
+      link_ = std::make_shared<journal_link>(this, strand_);
+      recover();
+    }
   }
 
   ~queue_impl() {
     // Parked workers hold their coroutine frames through these handlers; dropping them destroys
     // the frames. Requests still queued are dropped without completion (the loop is gone).
     for (auto& w : workers_) w->parked.reset();
+    if (link_) link_->close();  // the journal's late completions find no queue
+    journal_.reset();           // if it was ours alone: commits what is queued, then closes
+  }
+
+  const std::shared_ptr<Journal>& journal() const noexcept { return journal_; }
+
+  void lookup(std::string id,
+              unique_function<void(std::error_code, std::optional<JournalRecord>)> done) {
+    if (!journal_) return done(errc::no_journal, std::nullopt);
+    journal_->lookup(std::move(id), std::move(done));
+  }
+
+  void on_journal_event(const journal_event& e) {
+    switch (e.what) {
+      case journal_event::kind::appended: return journaled(e.op, e.ec, e.row);
+      case journal_event::kind::finished:
+        return e.op->deliver(e.op->durable->ec, std::move(e.op->durable->result));
+      case journal_event::kind::flushed: return notify_shutdown();
+    }
+  }
+
+  void report_durable(std::string_view id, std::error_code ec, const Response& r) const {
+    if (ec != errc::shutting_down && cfg_.on_durable_result) cfg_.on_durable_result(id, ec, r);
   }
 
   // --- entry points (any thread) ---
@@ -197,6 +286,7 @@ class queue_impl {
       started_ = true;
       for (std::size_t i = 0; i < cfg_.workers; ++i) {
         auto w = std::make_unique<worker>();
+        w->index = static_cast<int>(i);
         w->reserved = i < cfg_.reserved_workers;
         ++workers_alive_;
         asio::co_spawn(strand_, run_worker(*w), asio::detached);
@@ -267,9 +357,11 @@ class queue_impl {
 
   void admit(op_ptr op) {
     const auto now = steady::now();
-    op->submitted_at = now;
+    const bool recovered = op->durable && op->durable->recovered;  // keeps its enqueue time
+    if (!recovered) op->submitted_at = now;
     const auto lane = sched_.lane_index(static_cast<int>(op->options.priority));
     if (lane == Scheduler::npos) {
+      if (recovered) return reject(op, errc::unknown_lane);  // its row must end too
       op->complete(errc::unknown_lane, Response{});
       return;
     }
@@ -281,6 +373,7 @@ class queue_impl {
       return finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::waiting);
     }
     if (stopping_) return reject(op, errc::shutting_down);
+    if (op->options.durable && !journal_) return reject(op, errc::no_journal);
     if (cfg_.max_pending_per_client != 0 &&
         sched_.client_size(op->options.client) >= cfg_.max_pending_per_client)
       return reject(op, errc::client_queue_full);
@@ -296,25 +389,35 @@ class queue_impl {
     if (!limiter_for(op->request.model).fits(estimated_cost(*op)))
       return reject(op, errc::exceeds_rate_limit);
 
-    if (op->options.timeout) {
-      op->deadline = now + *op->options.timeout;
-      if (*op->options.timeout <= std::chrono::milliseconds::zero()) {
-        op->st = state::waiting;  // count it through the waiting path so the books balance
-        metrics_.waiting(lane, op->client_ref);
-        return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::waiting);
+    if (!recovered) {
+      if (op->options.timeout) {
+        op->deadline = now + *op->options.timeout;
+      } else if (const auto t = sched_.lane(lane).timeout; t.count() > 0) {
+        op->deadline = now + t;
       }
-    } else if (const auto t = sched_.lane(lane).timeout; t.count() > 0) {
-      op->deadline = now + t;
     }
+    if (op->deadline <= now) {
+      op->st = state::waiting;  // count it through the waiting path so the books balance
+      metrics_.waiting(lane, op->client_ref);
+      return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::waiting);
+    }
+    if (op->options.durable && (!op->durable || op->durable->row == 0))
+      return start_journaling(op, now);
+    place(op);
+  }
 
+  // Admitted: into the scheduler, or the waiting list when it is full.
+  void place(op_ptr op) {
     if (sched_.full() || wait_head_ != nullptr) {
-      if (lane_when_full_[lane] == WhenFull::reject) return reject(op, errc::queue_full);
+      // A durable request was acknowledged already: it always waits for room.
+      if (lane_when_full_[op->lane] == WhenFull::reject && !op->durable)
+        return reject(op, errc::queue_full);
       op->st = state::waiting;
       op->wprev = wait_tail_;
       op->wnext = nullptr;
       (wait_tail_ ? wait_tail_->wnext : wait_head_) = op;
       wait_tail_ = op;
-      metrics_.waiting(lane, op->client_ref);
+      metrics_.waiting(op->lane, op->client_ref);
       if (op->deadline != never) {
         wait_deadlines_.emplace(op->deadline, op);
         arm_timer(op->deadline);
@@ -323,6 +426,111 @@ class queue_impl {
     }
     enqueue(op, false);
     hand_out();
+  }
+
+  // --- durability (strand) ---
+
+  // Commits a durable request's row; admission goes on in journaled() once it is committed.
+  void start_journaling(op_ptr op, steady::time_point now) {
+    if (!op->durable) op->durable = std::make_unique<durable_state>();
+    if (op->request.id.empty()) op->request.id = make_request_id();
+    op->st = state::journaling;
+    ++journaling_;
+    const auto wall = std::chrono::system_clock::now();
+    JournalRecord rec{.id = op->request.id,
+                      .priority = static_cast<int>(op->options.priority),
+                      .client = op->options.client.str(),
+                      .cost = op->options.cost,
+                      .timeout = op->options.timeout,
+                      .request = op->request,
+                      .enqueued_at = wall};
+    rec.request.on_delta = nullptr;
+    if (op->deadline != never)
+      rec.deadline = wall + std::chrono::duration_cast<std::chrono::system_clock::duration>(op->deadline - now);
+    journal_->append(std::move(rec), [link = link_, op](std::error_code ec, std::int64_t row) {
+      link->push({journal_event::kind::appended, op, ec, row});
+    });
+  }
+
+  void journaled(op_ptr op, std::error_code ec, std::int64_t row) {
+    --journaling_;
+    if (ec) {  // not acknowledged (duplicate_id, or the journal failed): nothing runs
+      metrics_.rejected(op->lane, op->client_ref);
+      op->complete(ec, Response{});
+    } else {
+      op->durable->row = row;
+      if (op->durable->ack) std::exchange(op->durable->ack, nullptr)({}, op->request.id);
+      if (op->cancel_requested || (stopping_ && (!drain_ || !started_))) {
+        metrics_.waiting(op->lane, op->client_ref);
+        finish(op, op->cancel_requested ? errc::cancelled : errc::shutting_down,
+               Metrics::Outcome::cancelled, Metrics::From::waiting);
+      } else {
+        place(op);
+      }
+    }
+    check_shutdown();
+  }
+
+  // A durable request resolved: its outcome is committed before its handler runs, so whoever
+  // hears of it (an awaiting caller, on_durable_result) can rely on the journal. Dropped by a
+  // shutdown, it goes back to pending instead: it runs again next time.
+  void settle_durable(op_ptr op, std::error_code ec, Metrics::Outcome outcome, Response&& resp) {
+    const std::int64_t row = op->durable->row;
+    if (ec == errc::shutting_down) {
+      journal_->release(row);
+      return op->complete(ec, std::move(resp));
+    }
+    op->resolve();
+    op->durable->ec = ec;
+    op->durable->result = std::move(resp);
+    const Response& r = op->durable->result;
+    std::string message = !ec ? "" : r.error_message.empty() ? ec.message() : r.error_message;
+    journal_->finish(row, journal_state(outcome), op->durable->earlier_attempts + op->attempts, ec,
+                     std::move(message), &r,
+                     [link = link_, op](std::error_code) {
+                       // A failed outcome write leaves the row open: it runs again next time
+                       // (at-least-once); Journal::stats() counts the failure.
+                       link->push({journal_event::kind::finished, op});
+                     });
+  }
+
+  static JournalState journal_state(Metrics::Outcome o) {
+    switch (o) {
+      case Metrics::Outcome::succeeded: return JournalState::succeeded;
+      case Metrics::Outcome::failed: return JournalState::failed;
+      case Metrics::Outcome::expired: return JournalState::expired;
+      case Metrics::Outcome::cancelled: return JournalState::cancelled;
+    }
+    return JournalState::failed;
+  }
+
+  // The rows an earlier run left open, queued again ahead of anything new, in their order.
+  void recover() {
+    const auto now = steady::now();
+    const auto wall = std::chrono::system_clock::now();
+    const auto to_steady = [&](std::chrono::system_clock::time_point t) {
+      return now + std::chrono::duration_cast<steady::duration>(t - wall);
+    };
+    for (auto& rec : journal_->take_recovered()) {
+      SubmitOptions opts{.priority = static_cast<Priority>(rec.priority),
+                         .timeout = rec.timeout,
+                         .cost = rec.cost,
+                         .durable = true};
+      try {
+        opts.client = rec.client;
+      } catch (const std::length_error&) {  // not from this laneq: the default client
+      }
+      rec.request.id = rec.id;
+      auto* op = new submit_op<durable_result_handler>(durable_result_handler{this, rec.id},
+                                                       std::move(rec.request), opts, executor_);
+      op->durable = std::make_unique<durable_state>();
+      op->durable->row = rec.row;
+      op->durable->recovered = true;
+      op->durable->earlier_attempts = rec.attempts;  // this run retries afresh
+      op->submitted_at = std::min(now, to_steady(rec.enqueued_at));
+      if (rec.deadline) op->deadline = to_steady(*rec.deadline);
+      admit(op);
+    }
   }
 
   RateCost estimated_cost(const submit_op_base& op) const {
@@ -334,6 +542,8 @@ class queue_impl {
 
   void reject(op_ptr op, errc e) {
     metrics_.rejected(op->lane, op->client_ref);
+    if (op->durable && op->durable->row > 0)  // recovered: its row ends too (or stays pending)
+      return settle_durable(op, e, Metrics::Outcome::failed, Response{});
     op->complete(e, Response{});
   }
 
@@ -478,6 +688,16 @@ class queue_impl {
                                  const RateCost& estimate) {
     std::error_code ec;
     op->started_at = steady::now();  // service time = the call itself
+    if (op->durable) {
+      // The lease is informative (a journal has one owner at a time): the call's deadline.
+      const auto lease = op->deadline != never ? op->deadline - op->started_at
+                                               : steady::duration(std::chrono::hours(1));
+      journal_->mark_in_flight(
+          op->durable->row, w.index,
+          std::chrono::system_clock::now() +
+              std::chrono::duration_cast<std::chrono::system_clock::duration>(lease),
+          op->durable->earlier_attempts + op->attempts + 1);
+    }
     try {
       auto token = asio::experimental::as_tuple(on_strand);
       std::tie(ec) = co_await asio::async_initiate<decltype(token), void(std::error_code)>(
@@ -595,12 +815,14 @@ class queue_impl {
       resp.queue_wait = op->started_at - op->submitted_at;  // incl. limiter wait and retries
       resp.service_time = service;
     }
+    if (op->durable && op->durable->row > 0) return settle_durable(op, ec, outcome, std::move(resp));
     op->complete(ec, std::move(resp));
   }
 
   void cancel(op_ptr op) {
     switch (op->st) {
       case state::created: op->cancel_requested = true; return;  // admit() resolves it
+      case state::journaling: op->cancel_requested = true; return;  // journaled() resolves it
       case state::done: return;
       case state::waiting:
         unlink_waiting(op);
@@ -688,7 +910,9 @@ class queue_impl {
 
   void check_shutdown() {
     if (!stopping_ || stop_workers_) return;
-    if (!sched_.empty() || wait_head_ != nullptr || in_flight_ > 0 || !retry_waits_.empty()) return;
+    if (!sched_.empty() || wait_head_ != nullptr || in_flight_ > 0 || !retry_waits_.empty() ||
+        journaling_ > 0)
+      return;
     stop_workers_ = true;
     for (auto* list : {&idle_any_, &idle_reserved_}) {
       for (worker* w : *list) wake(*w, nullptr);
@@ -698,10 +922,21 @@ class queue_impl {
   }
 
   void finish_shutdown() {
-    if (stopped_) return;
-    stopped_ = true;
+    if (stopped_ || flushing_) return;
     timer_.cancel();
     timer_expiry_ = never;
+    if (journal_) {  // outcomes still being committed are delivered before shutdown completes
+      flushing_ = true;
+      journal_->flush([link = link_](std::error_code) {
+        link->push({journal_event::kind::flushed});
+      });
+      return;
+    }
+    notify_shutdown();
+  }
+
+  void notify_shutdown() {
+    stopped_ = true;
     for (auto& done : shutdown_waiters_) done(std::error_code{});
     shutdown_waiters_.clear();
   }
@@ -734,6 +969,11 @@ class queue_impl {
   std::unordered_map<op_ptr, retry_info> last_errors_;
   std::size_t in_flight_ = 0;
   std::size_t workers_alive_ = 0;
+  asio::any_io_executor executor_;        // the user's: handlers of recovered requests run there
+  std::shared_ptr<Journal> journal_;
+  std::shared_ptr<journal_link> link_;
+  std::size_t journaling_ = 0;            // durable requests whose row is being committed
+  bool flushing_ = false;                 // shutdown waits for the journal's last commits
   bool handing_out_ = false;
   bool started_ = false;
   bool stopping_ = false;
@@ -741,6 +981,19 @@ class queue_impl {
   bool stop_workers_ = false;
   bool stopped_ = false;
 };
+
+void journal_link::drain() {
+  {
+    std::lock_guard lock(mu);
+    pending.swap(running);
+  }
+  for (const auto& e : running) q->on_journal_event(e);
+  running.clear();
+}
+
+void durable_result_handler::operator()(std::error_code ec, Response r) {
+  q->report_durable(id, ec, r);
+}
 
 void queue_admit(queue_impl* q, submit_op_base* op) { q->post_admit(op); }
 void queue_cancel(queue_impl* q, submit_op_base* op) { q->post_cancel(op); }
@@ -771,6 +1024,34 @@ void RequestQueue::start_shutdown(ShutdownOptions opts,
                                   detail::unique_function<void(std::error_code)> done) {
   impl_->start_shutdown(opts, std::move(done));
 }
+
+void RequestQueue::enqueue_durable(Request request, SubmitOptions options,
+                                   detail::unique_function<void(std::error_code, std::string)> ack) {
+  options.durable = true;
+  if (request.id.empty()) request.id = detail::make_request_id();
+  std::string id = request.id;
+  auto* op = new detail::submit_op<detail::durable_result_handler>(
+      detail::durable_result_handler{impl_.get(), std::move(id)}, std::move(request), options,
+      executor_);
+  op->durable = std::make_unique<detail::durable_state>();
+  op->durable->ack = std::move(ack);
+  detail::queue_admit(impl_.get(), op);
+}
+
+void RequestQueue::lookup_durable(
+    std::string id,
+    detail::unique_function<void(std::error_code, std::optional<JournalRecord>)> done) {
+  impl_->lookup(std::move(id), std::move(done));
+}
+
+asio::awaitable<std::optional<JournalRecord>> RequestQueue::result(std::string id) {
+  auto [ec, rec] = co_await async_result(std::move(id),
+                                         asio::experimental::as_tuple(asio::use_awaitable));
+  if (ec) throw std::system_error(ec);
+  co_return std::move(rec);
+}
+
+std::shared_ptr<Journal> RequestQueue::journal() const noexcept { return impl_->journal(); }
 
 MetricsSnapshot RequestQueue::metrics() const { return impl_->metrics(); }
 

@@ -24,6 +24,10 @@ struct Message {
 
 // A provider-neutral chat request. Providers turn it into their wire format.
 struct Request {
+  // Your id for the request (e.g. a batch line's custom_id); sent as `x-laneq-id` so a server
+  // or proxy can tell an at-least-once redelivery. Durable requests are journaled under it (a
+  // unique one is made when empty).
+  std::string id{};
   std::string model{};
   std::vector<Message> messages{};
   std::int32_t max_tokens = 0;          // 0 = provider default
@@ -41,6 +45,9 @@ struct SubmitOptions {
   ClientId client{};                                 // tenant for fair scheduling ("" = default)
   std::optional<std::chrono::milliseconds> timeout{};  // queue wait + call; overrides the lane's
   std::uint32_t cost = 1;                            // fairness cost (DRR), e.g. tokens; ≥ 1
+  // Journaled before it is queued (needs QueueConfig::journal): survives a crash and runs
+  // again after a restart (at-least-once). See RequestQueue::async_enqueue.
+  bool durable = false;
 };
 
 static_assert(std::is_trivially_copyable_v<SubmitOptions>);

@@ -31,6 +31,7 @@
 #include "laneq/rate_limiter.hpp"
 #include "laneq/request.hpp"
 #include "laneq/retry_policy.hpp"
+#include "laneq/store/journal.hpp"
 #include "laneq/token_estimate.hpp"
 
 namespace laneq {
@@ -73,6 +74,18 @@ struct QueueConfig {
   std::int64_t default_max_tokens = 4096;    // reserved when Request::max_tokens is 0, >= 0
   // Jitter source for retry back-off, uniform in [0, 1); default: a seeded mt19937_64.
   std::function<double()> random{};
+
+  // Durability (opt-in; docs/journal.md). With a journal, a request submitted with
+  // SubmitOptions::durable is committed to it before it is queued, its outcome after it
+  // resolves; at construction the rows an earlier run left open are queued again (their
+  // original lane, client and enqueue time). `journal = "run.db"` opens one;
+  // `journal_store` shares a journal you opened (it wins over `journal`).
+  JournalConfig journal{};
+  std::shared_ptr<Journal> journal_store{};
+  // Durable requests nobody awaits (recovered at construction, or async_enqueue'd) report here,
+  // once each, on the queue's executor, after their outcome is committed. Not called for one a
+  // shutdown leaves pending: it runs again next time.
+  std::function<void(std::string_view id, std::error_code, const Response&)> on_durable_result{};
 };
 
 struct ShutdownOptions {
@@ -145,6 +158,44 @@ class RequestQueue {
   }
   asio::awaitable<void> shutdown(ShutdownOptions options = {});
 
+  // Durable fire-and-forget: completes void(std::error_code, std::string id) as soon as the
+  // request's journal row is committed (its acknowledgement: from then on it survives a crash),
+  // with the request's id (Request::id, or one made up when empty). The request then runs like
+  // any other; its outcome goes to the journal and to QueueConfig::on_durable_result. Errors
+  // (no acknowledgement, nothing runs): no_journal, duplicate_id, journal, and the admission
+  // errors of async_submit. Not cancellable: once acknowledged, only its deadline ends it.
+  template <class CompletionToken>
+  auto async_enqueue(Request request, SubmitOptions options, CompletionToken&& token) {
+    return asio::async_initiate<CompletionToken, void(std::error_code, std::string)>(
+        [this](auto handler, Request req, SubmitOptions opts) {
+          enqueue_durable(std::move(req), opts,
+                          detail::unique_function<void(std::error_code, std::string)>(
+                              wrap_on_associated_executor<std::string>(std::move(handler))));
+        },
+        token, std::move(request), options);
+  }
+
+  // A durable request's journal row by id, e.g. its outcome after a restart: completes
+  // void(std::error_code, std::optional<JournalRecord>) (nullopt: no such id). The lookup runs
+  // on the journal's thread. Errors: no_journal, journal.
+  template <class CompletionToken>
+  auto async_result(std::string id, CompletionToken&& token) {
+    return asio::async_initiate<CompletionToken,
+                                void(std::error_code, std::optional<JournalRecord>)>(
+        [this](auto handler, std::string id) {
+          lookup_durable(std::move(id),
+                         detail::unique_function<void(std::error_code, std::optional<JournalRecord>)>(
+                             wrap_on_associated_executor<std::optional<JournalRecord>>(
+                                 std::move(handler))));
+        },
+        token, std::move(id));
+  }
+  // Coroutine convenience: throws std::system_error on failure.
+  asio::awaitable<std::optional<JournalRecord>> result(std::string id);
+
+  // The queue's journal (nullptr without one), e.g. for stats() or list().
+  std::shared_ptr<Journal> journal() const noexcept;
+
   // Thread-safe snapshot of the counters and latency percentiles.
   MetricsSnapshot metrics() const;
 
@@ -159,16 +210,24 @@ class RequestQueue {
   const QueueConfig& config() const noexcept;
 
  private:
-  template <class Handler>
+  // A handler invoked from the strand or another thread, posted to its own executor.
+  template <class... Values, class Handler>
   auto wrap_on_associated_executor(Handler h) {
     auto ex = asio::get_associated_executor(h, executor_);
-    return [h = std::move(h), work = asio::make_work_guard(ex)](std::error_code ec) mutable {
+    return [h = std::move(h), work = asio::make_work_guard(ex)](std::error_code ec,
+                                                                Values... v) mutable {
       auto ex2 = work.get_executor();
-      asio::post(ex2, [h = std::move(h), ec]() mutable { std::move(h)(ec); });
+      asio::post(ex2, [h = std::move(h), ec, ... v = std::move(v)]() mutable {
+        std::move(h)(ec, std::move(v)...);
+      });
       work.reset();
     };
   }
   void start_shutdown(ShutdownOptions opts, detail::unique_function<void(std::error_code)> done);
+  void enqueue_durable(Request request, SubmitOptions options,
+                       detail::unique_function<void(std::error_code, std::string)> ack);
+  void lookup_durable(std::string id,
+                      detail::unique_function<void(std::error_code, std::optional<JournalRecord>)> done);
 
   executor_type executor_;
   std::unique_ptr<detail::queue_impl> impl_;

@@ -3,6 +3,7 @@
 // feed a streamed body through the SSE parser into the wire format's accumulator, and turn the
 // HttpResponse into a Response + laneq error. A provider keeps only its endpoint, headers and
 // body builder. Internal to lib/.
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -84,6 +85,12 @@ void async_http_call(Transport& transport, const std::string& url, const Headers
     http.url = url;
     http.headers = headers;
     http.body = build_body();
+    // The caller's id, so a server or proxy can tell an at-least-once redelivery (durable
+    // requests after a crash); only when it is a valid header value.
+    if (!request.id.empty() && request.id.size() <= 256 &&
+        std::all_of(request.id.begin(), request.id.end(),
+                    [](char c) { return c >= 0x20 && c < 0x7f; }))
+      http.headers.emplace_back("x-laneq-id", request.id);
   } catch (const std::invalid_argument& e) {
     return fail_call(ctx, done, errc::bad_request, e.what());
   } catch (...) {

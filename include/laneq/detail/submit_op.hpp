@@ -10,6 +10,8 @@
 #include <cassert>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <system_error>
 #include <utility>
 
@@ -21,6 +23,7 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 
+#include "laneq/detail/unique_function.hpp"
 #include "laneq/metrics.hpp"
 #include "laneq/request.hpp"
 
@@ -29,13 +32,25 @@ namespace laneq::detail {
 class queue_impl;
 struct submit_op_base;
 
+// What only a durable request needs (allocated for those alone, so the others stay small).
+struct durable_state {
+  std::int64_t row = 0;     // the journal's row, once committed (0: not yet)
+  bool recovered = false;   // re-queued from the journal at start: nobody awaits it
+  std::uint32_t earlier_attempts = 0;  // calls made before a restart (the journal counts all)
+  // async_enqueue: the acknowledgement, sent once when the row is committed (or admission failed).
+  unique_function<void(std::error_code, std::string)> ack{};
+  std::error_code ec{};     // the outcome, held while the journal commits it
+  Response result{};
+};
+
 // Defined in lib/request_queue.cpp.
 void queue_admit(queue_impl* q, submit_op_base* op);
 void queue_cancel(queue_impl* q, submit_op_base* op);
 
 struct submit_op_base {
+  // journaling: a durable request's row is being committed (admission continues after).
   // retry_wait: a failed attempt waits out its back-off before going back to its lane.
-  enum class state : std::uint8_t { created, waiting, queued, in_flight, retry_wait, done };
+  enum class state : std::uint8_t { created, journaling, waiting, queued, in_flight, retry_wait, done };
 
   submit_op_base(Request r, SubmitOptions o) : request(std::move(r)), options(std::move(o)) {}
   submit_op_base(const submit_op_base&) = delete;
@@ -43,8 +58,20 @@ struct submit_op_base {
 
   // Resolves the caller: stores the result and posts the handler to its executor. Exactly once.
   void complete(std::error_code ec, Response&& r) {
+    resolve();
+    deliver(ec, std::move(r));
+  }
+  // The two halves, for a durable request whose result waits for its journal commit: resolved
+  // at once (nothing else may touch it), delivered after the commit.
+  void resolve() {
     assert(st != state::done && "a submit must complete exactly once");
     st = state::done;
+  }
+  void deliver(std::error_code ec, Response&& r) {
+    if (durable && durable->ack) {  // admission failed before the acknowledgement
+      std::exchange(durable->ack, nullptr)(ec, std::string(request.id));
+      deliver_result = false;
+    }
     post_completion(ec, std::move(r));
   }
 
@@ -71,6 +98,8 @@ struct submit_op_base {
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   submit_op_base* wprev = nullptr;  // waiting-for-room list
   submit_op_base* wnext = nullptr;
+  std::unique_ptr<durable_state> durable{};  // SubmitOptions::durable or recovered
+  bool deliver_result = true;  // false: the handler is dropped uncalled (a failed enqueue)
 
  protected:
   virtual ~submit_op_base() = default;
@@ -130,8 +159,9 @@ class submit_op final : public submit_op_base {
     if (slot.is_connected()) slot.clear();
     Handler h(std::move(handler_));
     auto work = std::move(work_);  // keep the context busy until the handler has run
+    const bool call = deliver_result;
     release();                     // may delete this
-    std::move(h)(ec, std::move(r));
+    if (call) std::move(h)(ec, std::move(r));
   }
 
   void destroy() noexcept override { delete this; }
