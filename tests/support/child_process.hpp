@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 extern char** environ;
@@ -23,7 +24,8 @@ namespace laneq::test {
 class ChildProcess {
  public:
   // Starts `exe` with `args`; the child's stdin is /dev/null. `env` entries ("NAME=value")
-  // are added to this process's environment. Throws std::runtime_error when it cannot start.
+  // replace or add to this process's environment (the last of a name wins). Throws
+  // std::runtime_error when it cannot start.
   ChildProcess(const std::string& exe, std::vector<std::string> args,
                const std::vector<std::string>& env = {}) {
     int out[2], err[2];
@@ -39,9 +41,17 @@ class ChildProcess {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     std::vector<std::string> env_copy(env);
+    const auto overridden = [&](std::string_view entry) {
+      const auto name = entry.substr(0, entry.find('=') + 1);  // "NAME="
+      for (auto it = env_copy.rbegin(); it != env_copy.rend(); ++it)
+        if (std::string_view(*it).substr(0, name.size()) == name) return &*it;
+      return static_cast<std::string*>(nullptr);
+    };
     std::vector<char*> envp;
-    for (char** e = environ; *e; ++e) envp.push_back(*e);
-    for (auto& e : env_copy) envp.push_back(e.data());
+    for (char** e = environ; *e; ++e)
+      if (!overridden(*e)) envp.push_back(*e);
+    for (auto& e : env_copy)
+      if (overridden(e) == &e) envp.push_back(e.data());  // the last of each name
     envp.push_back(nullptr);
     const int rc = ::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);

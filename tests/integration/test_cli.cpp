@@ -1,0 +1,308 @@
+// The laneq CLI as a user runs it: a real process against the mock API server on 127.0.0.1,
+// with real files. Bad lines, exit codes, clear set-up errors, progress lines, a journal that
+// resumes, SIGTERM, and a kill -9 crash test.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/child_process.hpp"
+#include "support/http_client.hpp"
+
+using namespace std::chrono_literals;
+using laneq::test::ChildProcess;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory per test, removed after.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / ("laneq-cli-" + std::to_string(rd()) + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+json chat_line(const std::string& id, const std::string& priority = "normal") {
+  return {{"custom_id", id},
+          {"method", "POST"},
+          {"url", "/v1/chat/completions"},
+          {"priority", priority},
+          {"body",
+           {{"model", "gpt-test"},
+            {"max_tokens", 16},
+            {"messages", {{{"role", "user"}, {"content", "hello " + id}}}}}}};
+}
+
+void write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << '\n';
+}
+
+std::vector<std::string> good_lines(int n, const std::string& prefix = "req-") {
+  std::vector<std::string> lines;
+  const char* lanes[] = {"background", "low", "normal", "high", "critical"};
+  for (int i = 0; i < n; ++i) lines.push_back(chat_line(prefix + std::to_string(i), lanes[i % 5]).dump());
+  return lines;
+}
+
+std::vector<json> read_output(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(json::parse(line));  // every line whole JSON
+  return out;
+}
+
+std::size_t count_lines(const std::string& path) {
+  std::ifstream in(path);
+  return static_cast<std::size_t>(std::count(std::istreambuf_iterator<char>(in), {}, '\n'));
+}
+
+// Reads the CLI's plain progress lines ("... 150/300 done ...") until at least `n` are done;
+// false if it ended or fell silent first. Blocks on the pipe: no polling.
+bool wait_done(laneq::test::ChildProcess& p, std::size_t n) {
+  const std::regex done_re(R"((\d+)/(\d+) done)");
+  for (;;) {
+    const std::string line = p.read_stderr(true, 30s);
+    if (line.empty()) return false;
+    std::smatch m;
+    if (std::regex_search(line, m, done_re) && std::stoul(m[1]) >= n) return true;
+  }
+}
+
+// custom_id -> how many output lines carry it.
+std::map<std::string, int> ids_in(const std::vector<json>& out) {
+  std::map<std::string, int> ids;
+  for (const auto& l : out)
+    if (l["custom_id"].is_string()) ++ids[l["custom_id"].get<std::string>()];
+  return ids;
+}
+
+struct Run {
+  int code;
+  std::string err;
+};
+
+// No API keys from the developer's shell: the tests never reach a real API.
+const std::vector<std::string> clean_env = {"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=",
+                                            "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="};
+
+// What a run against the mock process needs: the mock checks that a key is sent.
+const std::vector<std::string> mock_env = {"OPENAI_API_KEY=sk-test", "ANTHROPIC_API_KEY=",
+                                           "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="};
+
+Run run_cli(std::vector<std::string> args, const std::vector<std::string>& env = clean_env,
+            std::chrono::seconds limit = 120s) {
+  ChildProcess p(LANEQ_CLI_EXE, std::move(args), env);
+  std::string err = p.read_stderr(false, limit);  // to EOF: the program ended
+  return {p.exit_code(10s), err};
+}
+
+// laneq-mock-api as its own process, so a kill -9 of the CLI leaves it (and its /stats) alone.
+struct MockProcess {
+  ChildProcess proc;
+  unsigned short port = 0;
+  explicit MockProcess(std::vector<std::string> args) : proc(LANEQ_MOCK_API_EXE, std::move(args)) {
+    const auto line = proc.read_stdout(true, 10s);
+    const auto colon = line.rfind(':');
+    REQUIRE(colon != std::string::npos);
+    port = static_cast<unsigned short>(std::stoi(line.substr(colon + 1)));
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+  json stats() const { return laneq::test::HttpClient(port).request("GET", "/stats").json(); }
+};
+
+}  // namespace
+
+TEST_CASE("laneq run writes one output line per input line - bad lines with their line numbers",
+          "[cli]") {
+  TempDir dir;
+  auto lines = good_lines(6);
+  lines.insert(lines.begin() + 2, "{this is not json");
+  lines.push_back(R"({"url":"/v1/chat/completions","body":{}})");                   // no custom_id
+  lines.push_back(chat_line("req-1").dump());                                        // duplicate
+  lines.push_back(R"({"custom_id":"emb","url":"/v1/embeddings","body":{}})");       // unknown url
+  lines.push_back("");                                                               // blank: skipped
+  write_lines(dir.file("in.jsonl"), lines);
+
+  const auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--mock",
+                          "--mock-latency-ms", "2", "--progress", "none"});
+  CHECK(r.code == 1);  // not every line succeeded
+  const auto out = read_output(dir.file("out.jsonl"));
+  REQUIRE(out.size() == 10);
+  const auto ids = ids_in(out);
+  for (int i = 0; i < 6; ++i) CHECK(ids.at("req-" + std::to_string(i)) == 1);  // each exactly once
+  std::map<int, std::string> bad;
+  for (const auto& l : out) {
+    if (l.contains("line")) {
+      bad[l["line"].get<int>()] = l["error"]["code"].get<std::string>();
+      CHECK(l["response"].is_null());
+    } else {
+      CHECK(l["error"].is_null());
+      CHECK(l["response"]["status_code"] == 200);
+      CHECK(l["response"]["body"]["object"] == "chat.completion");
+      CHECK(l["id"].get<std::string>().rfind("batch_req_", 0) == 0);
+    }
+  }
+  CHECK(bad == std::map<int, std::string>{{3, "invalid_json"},
+                                          {8, "missing_custom_id"},
+                                          {9, "duplicate_custom_id"},
+                                          {10, "unknown_url"}});
+  CHECK(r.err.find("4 malformed line(s)") != std::string::npos);
+  CHECK(r.err.find("6 of 10 lines succeeded, 4 failed") != std::string::npos);
+}
+
+TEST_CASE("laneq run exits 0 when every line succeeded and prints a summary per lane", "[cli]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(25));
+  const auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--mock",
+                          "--mock-latency-ms", "2", "--rpm", "6000", "--progress", "plain",
+                          "--progress-interval", "0.05"});
+  CHECK(r.code == 0);
+  CHECK(read_output(dir.file("out.jsonl")).size() == 25);
+  CHECK(r.err.find("laneq: 25 lines from") != std::string::npos);
+  CHECK(r.err.find("done (") != std::string::npos);  // a plain progress line
+  for (const char* lane : {"critical", "high", "normal", "low", "background"})
+    CHECK(r.err.find(std::string("\n") + lane) != std::string::npos);  // summary rows
+  CHECK(r.err.find("25 of 25 lines succeeded, 0 failed") != std::string::npos);
+  CHECK(r.err.find("429s sent: 0") != std::string::npos);  // the mock enforced the same limit
+}
+
+TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(2));
+  auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl")});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("OPENAI_API_KEY") != std::string::npos);
+  CHECK(r.err.find("--mock") != std::string::npos);
+  r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--provider",
+               "anthropic"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("ANTHROPIC_API_KEY") != std::string::npos);
+  r = run_cli({"run", dir.file("missing.jsonl"), "--out", dir.file("out.jsonl"), "--mock"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("cannot read") != std::string::npos);
+  r = run_cli({"run", dir.file("in.jsonl"), "--mock"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--out is required") != std::string::npos);
+  r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("o"), "--rpm", "lots"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--rpm") != std::string::npos);
+  r = run_cli({"bogus"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("unknown command") != std::string::npos);
+  std::ofstream(dir.file("garbage.db")) << "this is not a database, not at all, really";
+  r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--mock", "--journal",
+               dir.file("garbage.db")});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("garbage.db") != std::string::npos);
+}
+
+TEST_CASE("with a journal, running the same command again sends nothing twice", "[cli][journal]") {
+  TempDir dir;
+  MockProcess mock({"--latency-ms", "1"});
+  write_lines(dir.file("in.jsonl"), good_lines(40));
+  const std::vector<std::string> cmd = {"run",       dir.file("in.jsonl"), "--out",
+                                        dir.file("out.jsonl"), "--base-url", mock.url(),
+                                        "--journal", dir.file("run.db"), "--progress", "none"};
+  auto r = run_cli(cmd, mock_env);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(mock.stats()["requests"] == 40);
+  r = run_cli(cmd, mock_env);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("40 done in an earlier run, 0 to run") != std::string::npos);
+  CHECK(mock.stats()["requests"] == 40);  // nothing sent again
+  const auto ids = ids_in(read_output(dir.file("out.jsonl")));
+  CHECK(ids.size() == 40);
+  for (const auto& [id, n] : ids) CHECK(n == 1);
+}
+
+TEST_CASE("SIGTERM stops admission, finishes in-flight calls, and the next run completes the file",
+          "[cli][journal]") {
+  TempDir dir;
+  MockProcess mock({"--latency-ms", "100"});
+  write_lines(dir.file("in.jsonl"), good_lines(60));
+  const std::vector<std::string> cmd = {"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"),
+                                        "--base-url", mock.url(), "--journal", dir.file("run.db"),
+                                        "--workers", "4", "--progress", "plain",
+                                        "--progress-interval", "0.05"};
+  {
+    ChildProcess p(LANEQ_CLI_EXE, cmd, mock_env);
+    REQUIRE(wait_done(p, 8));
+    p.signal(SIGTERM);
+    const std::string err = p.read_stderr(false, 60s);
+    CHECK(p.exit_code(10s) == 130);
+    CHECK(err.find("run the same command again to resume") != std::string::npos);
+  }
+  const auto partial = read_output(dir.file("out.jsonl"));  // whole lines only
+  CHECK(partial.size() < 60);
+  for (const auto& l : partial) CHECK(l["error"].is_null());  // in-flight calls finished, not cut
+  const auto sent_before = mock.stats()["requests"].get<int>();
+  CHECK(static_cast<std::size_t>(sent_before) == partial.size());
+
+  const auto r = run_cli(cmd, mock_env);
+  CHECK(r.code == 0);
+  const auto ids = ids_in(read_output(dir.file("out.jsonl")));
+  CHECK(ids.size() == 60);
+  for (const auto& [id, n] : ids) CHECK(n == 1);
+  CHECK(mock.stats()["requests"] == 60);  // nothing sent twice
+}
+
+TEST_CASE("kill -9 mid-run, run again: every custom_id exactly once, resends only what was in flight",
+          "[cli][journal][crash]") {
+  TempDir dir;
+  constexpr int lines = 400, workers = 8;
+  MockProcess mock({"--latency-ms", "20", "--jitter-ms", "10"});
+  write_lines(dir.file("in.jsonl"), good_lines(lines));
+  const std::vector<std::string> cmd = {
+      "run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--base-url", mock.url(),
+      "--journal", dir.file("run.db"), "--workers", std::to_string(workers), "--progress", "plain",
+      "--progress-interval", "0.05"};
+  {
+    ChildProcess p(LANEQ_CLI_EXE, cmd, mock_env);
+    REQUIRE(wait_done(p, lines / 4));
+    p.signal(SIGKILL);
+    CHECK(p.exit_code(10s) == -SIGKILL);
+  }
+  const auto killed_at = count_lines(dir.file("out.jsonl"));
+  INFO("output lines at the kill: " << killed_at);
+  CHECK(killed_at < static_cast<std::size_t>(lines));  // it really died mid-run
+
+  const auto r = run_cli(cmd, mock_env);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  const auto ids = ids_in(read_output(dir.file("out.jsonl")));
+  CHECK(ids.size() == static_cast<std::size_t>(lines));
+  for (const auto& [id, n] : ids) CHECK(n == 1);
+
+  // The server saw each request once, and twice at most those in flight at the kill.
+  const auto stats = mock.stats();
+  int twice = 0;
+  for (const auto& [id, n] : stats["by_request_id"].items()) {
+    CHECK(n.get<int>() <= 2);
+    if (n.get<int>() == 2) ++twice;
+  }
+  CHECK(stats["by_request_id"].size() == static_cast<std::size_t>(lines));
+  CHECK(twice <= workers);
+  CHECK(stats["requests"].get<int>() == lines + twice);
+}

@@ -1,0 +1,155 @@
+// The CLI's batch file formats (tools/cli/batch_line): OpenAI Batch API input lines -> Request,
+// results -> output lines, and what a resume reads back from an output file.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/batch_line.hpp"
+#include "laneq/error.hpp"
+
+using laneq::cli::BadLine;
+using laneq::cli::BatchLine;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<laneq::cli::LaneName> lanes = {
+    {"critical", 0}, {"high", 1}, {"normal", 5}, {"low", 8}, {"background", 10}};
+
+BatchLine good(const std::string& text) {
+  auto r = laneq::cli::parse_batch_line(text, 3, lanes);
+  if (auto* bad = std::get_if<BadLine>(&r)) FAIL("unexpected bad line: " << bad->message);
+  return std::get<BatchLine>(r);
+}
+
+BadLine bad(const std::string& text) {
+  auto r = laneq::cli::parse_batch_line(text, 7, lanes);
+  REQUIRE(std::holds_alternative<BadLine>(r));
+  return std::get<BadLine>(r);
+}
+
+}  // namespace
+
+TEST_CASE("an OpenAI batch line becomes a Request with lane, client and pass-through fields",
+          "[cli]") {
+  const auto line = good(R"({"custom_id":"req-1","method":"POST","url":"/v1/chat/completions",
+    "body":{"model":"gpt-4o-mini","messages":[{"role":"system","content":"be brief"},
+    {"role":"user","content":[{"type":"text","text":"hel"},{"type":"text","text":"lo"}]}],
+    "max_tokens":50,"temperature":0.2},"priority":"critical","client":"tenant-a"})");
+  CHECK(line.line_no == 3);
+  CHECK(line.custom_id == "req-1");
+  CHECK(line.request.id == "req-1");
+  CHECK(line.request.model == "gpt-4o-mini");
+  REQUIRE(line.request.messages.size() == 2);
+  CHECK(line.request.messages[1].content == "hello");
+  CHECK(line.request.max_tokens == 50);
+  CHECK(line.request.extra == json{{"temperature", 0.2}});
+  CHECK(line.priority == 0);
+  CHECK(line.client == "tenant-a");
+}
+
+TEST_CASE("priority may be a lane number, defaults to normal, and max_completion_tokens counts",
+          "[cli]") {
+  auto line = good(R"({"custom_id":"a","url":"/v1/chat/completions","priority":10,
+    "body":{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":9}})");
+  CHECK(line.priority == 10);
+  CHECK(line.request.max_tokens == 9);
+  CHECK(line.request.extra.is_null());
+  line = good(R"({"custom_id":"b","url":"/v1/chat/completions",
+    "body":{"model":"m","messages":[{"role":"user","content":"x"}]}})");
+  CHECK(line.priority == 5);
+}
+
+TEST_CASE("an Anthropic /v1/messages line keeps its system prompt as a system message", "[cli]") {
+  const auto line = good(R"({"custom_id":"c","url":"/v1/messages","body":{"model":"claude",
+    "system":"terse","messages":[{"role":"user","content":"hi"}],"max_tokens":20}})");
+  REQUIRE(line.request.messages.size() == 2);
+  CHECK(line.request.messages[0].role == "system");
+  CHECK(line.request.messages[0].content == "terse");
+  CHECK(line.request.extra.is_null());
+}
+
+TEST_CASE("bad lines are reported with their line number and a code, never thrown", "[cli]") {
+  CHECK(bad("{not json").code == "invalid_json");
+  CHECK(bad("{not json").message.rfind("line 7: ", 0) == 0);
+  CHECK(bad("[1,2]").code == "invalid_json");
+  CHECK(bad(R"({"url":"/v1/chat/completions","body":{}})").code == "missing_custom_id");
+  CHECK(bad(R"({"custom_id":"","url":"/v1/chat/completions","body":{}})").code == "missing_custom_id");
+  const auto unknown = bad(R"({"custom_id":"x","url":"/v1/embeddings","body":{}})");
+  CHECK(unknown.code == "unknown_url");
+  CHECK(unknown.custom_id == "x");
+  CHECK(bad(R"({"custom_id":"x","method":"GET","url":"/v1/chat/completions","body":{}})").code ==
+        "invalid_method");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions"})").code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}]}})")
+            .code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","messages":[]}})")
+            .code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","max_tokens":0,
+    "messages":[{"role":"user","content":"x"}]}})").code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","stream":true,
+    "messages":[{"role":"user","content":"x"}]}})").code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m",
+    "messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}})").code ==
+        "unsupported_content");
+  const auto lane = bad(R"({"custom_id":"x","url":"/v1/chat/completions","priority":"urgent",
+    "body":{"model":"m","messages":[{"role":"user","content":"x"}]}})");
+  CHECK(lane.code == "unknown_priority");
+  CHECK(lane.message.find("critical, high, normal, low, background") != std::string::npos);
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","priority":3,
+    "body":{"model":"m","messages":[{"role":"user","content":"x"}]}})").code == "unknown_priority");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","client":")" + std::string(64, 'c') +
+            R"(","body":{"model":"m","messages":[{"role":"user","content":"x"}]}})").code ==
+        "invalid_client");
+}
+
+TEST_CASE("a success becomes a Batch API output line with the provider's answer", "[cli]") {
+  laneq::Response r;
+  r.status = 200;
+  r.headers = {{"X-Request-Id", "req_abc"}};
+  r.raw = json{{"id", "chatcmpl-1"}, {"choices", json::array()}};
+  const json line = json::parse(laneq::cli::result_line("req-1", {}, r));
+  CHECK(line["custom_id"] == "req-1");
+  CHECK(line["id"] == laneq::cli::output_id("req-1"));
+  CHECK(line["id"].get<std::string>().rfind("batch_req_", 0) == 0);
+  CHECK(line["response"]["status_code"] == 200);
+  CHECK(line["response"]["request_id"] == "req_abc");
+  CHECK(line["response"]["body"]["id"] == "chatcmpl-1");
+  CHECK(line["error"].is_null());
+  CHECK(laneq::cli::output_id("req-1") != laneq::cli::output_id("req-2"));
+}
+
+TEST_CASE("failures carry an error code and message; answers the provider gave stay", "[cli]") {
+  laneq::Response r;
+  r.status = 429;
+  r.error_message = "Rate limit reached";
+  r.raw = json{{"error", {{"message", "Rate limit reached"}}}};
+  json line = json::parse(
+      laneq::cli::result_line("x", make_error_code(laneq::errc::rate_limited), r));
+  CHECK(line["response"]["status_code"] == 429);
+  CHECK(line["error"]["code"] == "rate_limited");
+  CHECK(line["error"]["message"] == "Rate limit reached");
+  line = json::parse(laneq::cli::result_line("y", make_error_code(laneq::errc::timeout), {}));
+  CHECK(line["response"].is_null());
+  CHECK(line["error"]["code"] == "timeout");
+}
+
+TEST_CASE("a resume reads back custom_ids, bad line numbers and torn lines", "[cli]") {
+  laneq::Response ok;
+  ok.status = 200;
+  auto key = laneq::cli::read_output_line(laneq::cli::result_line("a", {}, ok));
+  CHECK(key.complete);
+  CHECK(key.custom_id == "a");
+  CHECK(key.succeeded);
+  key = laneq::cli::read_output_line(
+      laneq::cli::result_line("b", make_error_code(laneq::errc::server_error), ok));
+  CHECK(key.complete);
+  CHECK_FALSE(key.succeeded);
+  const BadLine b{12, "", "invalid_json", "line 12: not valid JSON"};
+  key = laneq::cli::read_output_line(laneq::cli::bad_line_output(b));
+  CHECK(key.complete);
+  CHECK(key.bad_line_no == 12);
+  CHECK_FALSE(key.succeeded);
+  const std::string whole = laneq::cli::result_line("c", {}, ok);
+  CHECK_FALSE(laneq::cli::read_output_line(whole.substr(0, whole.size() / 2)).complete);
+}

@@ -1,0 +1,445 @@
+#include "cli/batch_run.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "cli/batch_line.hpp"
+#include "cli/progress.hpp"
+#include "laneq/laneq.hpp"
+#include "mock_api/mock_server.hpp"
+
+namespace laneq::cli {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// A failure that ends the run before it starts (exit code 2), with what to do about it.
+struct setup_error {
+  std::string message;
+};
+
+std::vector<LaneName> lane_names() {
+  std::vector<LaneName> out;
+  for (const auto& l : default_lanes()) out.push_back({l.name, static_cast<int>(l.priority)});
+  return out;
+}
+
+// The input file, parsed; duplicates of a custom_id seen on an earlier line become bad lines.
+std::vector<std::variant<BatchLine, BadLine>> read_input(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw setup_error{"cannot read " + path + ": " + std::strerror(errno)};
+  const auto lanes = lane_names();
+  std::vector<std::variant<BatchLine, BadLine>> items;
+  std::unordered_map<std::string, std::size_t> first_seen;
+  std::string text;
+  for (std::size_t line_no = 1; std::getline(in, text); ++line_no) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines
+    auto item = parse_batch_line(text, line_no, lanes);
+    if (auto* line = std::get_if<BatchLine>(&item)) {
+      const auto [it, fresh] = first_seen.emplace(line->custom_id, line_no);
+      if (!fresh)
+        item = BadLine{line_no, "", "duplicate_custom_id",
+                       "line " + std::to_string(line_no) + ": custom_id \"" + line->custom_id +
+                           "\" is already used on line " + std::to_string(it->second)};
+    }
+    items.push_back(std::move(item));
+  }
+  if (in.bad()) throw setup_error{"error reading " + path};
+  return items;
+}
+
+// What an earlier run left in the output file. Cuts a torn last line (a crash mid-write).
+struct EarlierOutput {
+  std::unordered_map<std::string, bool> results;  // custom_id -> succeeded
+  std::unordered_set<std::size_t> bad_lines;      // input line numbers
+};
+
+EarlierOutput read_earlier_output(const std::string& path) {
+  EarlierOutput out;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return out;
+  std::string text;
+  std::uintmax_t good_bytes = 0;
+  while (std::getline(in, text)) {
+    if (in.eof()) break;  // no newline after it: torn
+    const OutputLineKey key = read_output_line(text);
+    if (!key.complete) break;
+    if (key.bad_line_no > 0) out.bad_lines.insert(key.bad_line_no);
+    else out.results[key.custom_id] = key.succeeded;
+    good_bytes += text.size() + 1;
+  }
+  in.close();
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) != good_bytes && !ec) {
+    std::filesystem::resize_file(path, good_bytes, ec);
+    if (ec) throw setup_error{"cannot repair " + path + ": " + ec.message()};
+  }
+  return out;
+}
+
+std::unique_ptr<Provider> make_provider(const RunOptions& o, Transport& transport,
+                                        const std::string& base_url, const std::string& key) {
+  try {
+    if (o.provider == "anthropic")
+      return std::make_unique<AnthropicProvider>(transport, AnthropicConfig{.api_key = key, .base_url = base_url});
+    return std::make_unique<OpenAIProvider>(transport, OpenAIConfig{.api_key = key, .base_url = base_url});
+  } catch (const std::system_error& e) {
+    const char* env = o.provider == "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+    throw setup_error{std::string(e.what()) + "\n  set " + env +
+                      ", or --base-url for an endpoint that needs no key, or --mock for a demo "
+                      "against the bundled mock API server"};
+  }
+}
+
+class BatchRun {
+ public:
+  BatchRun(const RunOptions& o, std::vector<std::variant<BatchLine, BadLine>> items)
+      : o_(o), items_(std::move(items)) {}
+
+  int run() {
+    asio::io_context io;
+    std::string base_url = o_.base_url, key;
+    if (o_.mock) {
+      // The mock enforces the same limits server-side: a 429 would show that laneq overran them.
+      mock_.emplace(io, mock::MockConfig{.latency = o_.mock_latency, .jitter = o_.mock_latency / 2,
+                                         .rpm = o_.rpm, .tpm = o_.tpm});
+      mock_->start();
+      base_url = mock_->base_url();
+      key = "sk-mock";
+    }
+    CurlTransport transport(io.get_executor());
+    const auto provider = make_provider(o_, transport, base_url, key);
+
+    QueueConfig cfg{.workers = static_cast<std::size_t>(o_.workers),
+                    .reserved_workers = static_cast<std::size_t>(
+                        std::min(o_.reserved_workers, o_.workers - 1)),
+                    .rate_limits = {.requests = o_.rpm, .tokens = o_.tpm, .smooth = o_.smooth},
+                    .retry = {.max_attempts = static_cast<std::uint32_t>(o_.max_attempts)}};
+    for (auto& lane : cfg.lanes) lane.timeout = o_.timeout;  // batch work: no deadline by default
+    if (!o_.journal.empty()) {
+      cfg.journal = o_.journal;
+      cfg.on_durable_result = [this](std::string_view id, std::error_code ec, const Response& r) {
+        on_result(std::string(id), ec, r);
+      };
+    }
+    std::optional<RequestQueue> queue;
+    try {
+      queue.emplace(io.get_executor(), *provider, std::move(cfg));
+    } catch (const std::system_error& e) {
+      throw setup_error{e.what()};
+    }
+    queue_ = &*queue;
+
+    prepare_output();
+    count_lines();
+    print_start(base_url);
+    queue->start();
+    submit_all();
+
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](std::error_code ec, int) {
+      if (ec) return;
+      interrupted_ = true;
+      std::fprintf(stderr, "\nlaneq: stopping: no new calls; finishing the calls in flight "
+                           "(signal again to quit at once)\n");
+      signals.async_wait([](std::error_code e, int) {
+        if (!e) ::_exit(130);  // the journal's committed state is safe as it is
+      });
+      queue_->async_shutdown({.drain = false}, [this](std::error_code) { stopped(); });
+    });
+    signals_ = &signals;
+    asio::steady_timer ticker(io);
+    ticker_ = &ticker;
+    tick();
+    maybe_finish();
+    io.run();
+
+    std::fclose(out_);
+    return report();
+  }
+
+ private:
+  // --- set-up ---
+
+  void prepare_output() {
+    const bool resume = !o_.journal.empty();
+    if (resume) {
+      earlier_ = read_earlier_output(o_.output);
+      // Outcomes the journal committed but the output missed (a crash between the two).
+      auto finished = list_finished();
+      out_ = open_output("ab");
+      for (auto& rec : finished) {
+        if (earlier_.results.contains(rec.id)) continue;
+        const Response r = rec.response.value_or(Response{});
+        write_line(result_line(rec.id, rec.error, r));
+        earlier_.results[rec.id] = rec.state == JournalState::succeeded;
+      }
+    } else {
+      out_ = open_output("wb");
+    }
+  }
+
+  std::vector<JournalRecord> list_finished() {
+    std::promise<std::pair<std::error_code, std::vector<JournalRecord>>> p;
+    queue_->journal()->list({.states = JournalStateSet::finished()},
+                            [&](std::error_code ec, std::vector<JournalRecord> v) {
+      p.set_value({ec, std::move(v)});
+    });
+    auto [ec, records] = p.get_future().get();  // before the loop runs: nothing to block
+    if (ec) throw setup_error{"cannot read the journal " + o_.journal + ": " + ec.message()};
+    return std::move(records);
+  }
+
+  std::FILE* open_output(const char* mode) {
+    std::FILE* f = std::fopen(o_.output.c_str(), mode);
+    if (!f) throw setup_error{"cannot write " + o_.output + ": " + std::strerror(errno)};
+    return f;
+  }
+
+  void count_lines() {
+    for (const auto& l : default_lanes()) lanes_.push_back({.name = l.name});
+    state_.total = items_.size();
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      if (const auto* bad = std::get_if<BadLine>(&items_[i])) {
+        ++bad_;
+        if (!earlier_.bad_lines.contains(bad->line_no)) write_line(bad_line_output(*bad));
+        count_done(std::nullopt, false);
+        continue;
+      }
+      const auto& line = std::get<BatchLine>(items_[i]);
+      const std::size_t lane = lane_of(line.priority);
+      lane_by_id_[line.custom_id] = lane;
+      ++lanes_[lane].total;
+      if (const auto it = earlier_.results.find(line.custom_id); it != earlier_.results.end()) {
+        ++earlier_count_;
+        ++lanes_[lane].earlier;
+        count_done(lane, it->second);
+      } else {
+        to_submit_.push_back(i);
+      }
+    }
+  }
+
+  std::size_t lane_of(int priority) const {
+    const auto lanes = default_lanes();
+    for (std::size_t i = 0; i < lanes.size(); ++i)
+      if (static_cast<int>(lanes[i].priority) == priority) return i;
+    return 0;  // parse_batch_line only accepts configured lanes
+  }
+
+  void print_start(const std::string& base_url) {
+    std::string limits;
+    if (o_.rpm > 0) limits += std::to_string(o_.rpm) + " requests/min";
+    if (o_.tpm > 0) limits += (limits.empty() ? "" : ", ") + std::to_string(o_.tpm) + " tokens/min";
+    if (limits.empty()) limits = "none";
+    else if (o_.smooth) limits += ", smooth";
+    std::fprintf(stderr,
+                 "laneq: %zu lines from %s (%zu malformed, %zu done in an earlier run, %zu to run)\n"
+                 "laneq: %s at %s, %lld workers, rate limits: %s%s\n",
+                 items_.size(), o_.input.c_str(), bad_, earlier_count_, to_submit_.size(),
+                 o_.provider.c_str(), base_url.empty() ? "its default URL" : base_url.c_str(),
+                 static_cast<long long>(o_.workers), limits.c_str(),
+                 o_.journal.empty() ? "" : (", journal " + o_.journal).c_str());
+    started_at_ = steady::now();
+  }
+
+  // --- running ---
+
+  void submit_all() {
+    const bool durable = !o_.journal.empty();
+    for (std::size_t i : to_submit_) {
+      auto& line = std::get<BatchLine>(items_[i]);
+      std::string id = line.custom_id;
+      queue_->async_submit(
+          std::move(line.request),
+          {.priority = static_cast<Priority>(line.priority), .client = line.client, .durable = durable},
+          [this, id = std::move(id)](std::error_code ec, Response r) {
+            // Recovered from the journal: it is already running, on_durable_result reports it.
+            if (ec == errc::duplicate_id) return;
+            if (ec == errc::shutting_down) return;  // never ran: the next run does it
+            on_result(id, ec, r);
+          });
+    }
+    to_submit_.clear();
+  }
+
+  void on_result(const std::string& id, std::error_code ec, const Response& r) {
+    write_line(result_line(id, ec, r));
+    meter_.add(steady::now(), r.usage.total());
+    std::optional<std::size_t> lane;
+    if (const auto it = lane_by_id_.find(id); it != lane_by_id_.end()) lane = it->second;
+    else ++state_.total;  // a journaled request no longer in the file
+    count_done(lane, !ec);
+    maybe_finish();
+  }
+
+  void count_done(std::optional<std::size_t> lane, bool ok) {
+    ++state_.done;
+    ok ? ++state_.ok : ++state_.failed;
+    if (lane) {
+      ++lanes_[*lane].done;
+      ok ? ++lanes_[*lane].ok : ++lanes_[*lane].failed;
+    }
+  }
+
+  void write_line(const std::string& line) {
+    // One write per line, flushed: a reader (or a crash) sees whole lines as they finish.
+    if (std::fwrite(line.data(), 1, line.size(), out_) != line.size() || std::fputc('\n', out_) == EOF ||
+        std::fflush(out_) != 0) {
+      std::fprintf(stderr, "laneq: cannot write %s: %s\n", o_.output.c_str(), std::strerror(errno));
+      ::_exit(2);  // results would be lost silently otherwise; the journal keeps them
+    }
+  }
+
+  void maybe_finish() {
+    if (finishing_ || interrupted_ || state_.done < state_.total) return;
+    finishing_ = true;
+    queue_->async_shutdown({.drain = true}, [this](std::error_code) { stopped(); });
+  }
+
+  void stopped() {
+    if (mock_) {
+      mock_seen_ = mock_->stats();
+      mock_->stop();
+    }
+    signals_->cancel();
+    ticker_->cancel();
+    show_progress(true);
+  }
+
+  // --- progress ---
+
+  bool tty() const {
+    if (o_.progress == "bar") return true;
+    if (o_.progress == "auto") return ::isatty(STDERR_FILENO) == 1;
+    return false;
+  }
+
+  void tick() {
+    show_progress(false);
+    ticker_->expires_after(tty() ? std::chrono::milliseconds(200) : o_.progress_interval);
+    ticker_->async_wait([this](std::error_code ec) {
+      if (!ec) tick();
+    });
+  }
+
+  void show_progress(bool last) {
+    if (o_.progress == "none") return;
+    const auto now = steady::now();
+    ProgressState s = state_;
+    s.lanes.clear();
+    for (const auto& l : lanes_)
+      if (l.total > 0) s.lanes.push_back({l.name, l.total, l.done, l.ok, l.failed});
+    s.requests_per_s = meter_.per_second(now);
+    s.tokens_per_min = meter_.tokens_last_minute(now);
+    s.rpm_limit = o_.rpm;
+    s.tpm_limit = o_.tpm;
+    s.rate_limited = queue_->metrics().total.rate_limited;
+    if (s.requests_per_s > 0) s.eta_s = static_cast<double>(s.total - s.done) / s.requests_per_s;
+    if (tty()) {
+      std::fprintf(stderr, "\r\033[K%s%s", render_bar(s, terminal_width()).c_str(), last ? "\n" : "");
+    } else if (!last || state_.done > 0) {
+      std::fprintf(stderr, "%s\n", render_plain(s, now - started_at_).c_str());
+    }
+    std::fflush(stderr);
+  }
+
+  static std::size_t terminal_width() {
+    if (const char* c = std::getenv("COLUMNS")) return std::max(40, std::atoi(c));
+    return 120;
+  }
+
+  // --- the end ---
+
+  int report() {
+    const auto m = queue_->metrics();
+    std::vector<LaneSummary> rows;
+    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+      const auto& l = lanes_[i];
+      if (l.total == 0) continue;
+      LaneSummary row{.name = l.name, .count = l.total, .ok = l.ok, .failed = l.failed,
+                      .earlier = l.earlier};
+      for (const auto& ml : m.lanes)
+        if (ml.name == l.name) {
+          row.wait_p50_ms = ml.stats.queue_wait.p50_ms;
+          row.wait_p99_ms = ml.stats.queue_wait.p99_ms;
+        }
+      rows.push_back(row);
+    }
+    std::fprintf(stderr, "\n%s", render_summary(rows).c_str());
+    if (bad_ > 0) std::fprintf(stderr, "%zu malformed line(s): see their error lines in %s\n", bad_, o_.output.c_str());
+    const double secs = std::chrono::duration<double>(steady::now() - started_at_).count();
+    std::fprintf(stderr, "laneq: %zu of %zu lines succeeded, %zu failed, in %s; 429/529 answers: %llu; output: %s\n",
+                 state_.ok, state_.total, state_.failed, format_duration(secs).c_str(),
+                 static_cast<unsigned long long>(m.total.rate_limited), o_.output.c_str());
+    if (!mock_seen_.is_null())
+      std::fprintf(stderr,
+                   "mock API server: %s calls, at most %s started in any 1 s and %s in any 60 s, "
+                   "429s sent: %s\n",
+                   mock_seen_["requests"].dump().c_str(), mock_seen_["max_in_1s"].dump().c_str(),
+                   mock_seen_["max_in_60s"].dump().c_str(), mock_seen_["sent_429"].dump().c_str());
+    if (interrupted_) {
+      const std::size_t left = state_.total - state_.done;
+      std::fprintf(stderr, "laneq: interrupted with %zu line(s) not run; %s\n", left,
+                   o_.journal.empty() ? "run with --journal to be able to resume"
+                                      : "run the same command again to resume");
+      return 130;
+    }
+    return state_.failed == 0 ? 0 : 1;
+  }
+
+  struct LaneCount {
+    std::string name;
+    std::size_t total = 0, done = 0, ok = 0, failed = 0, earlier = 0;
+  };
+
+  const RunOptions& o_;
+  std::vector<std::variant<BatchLine, BadLine>> items_;
+  std::vector<std::size_t> to_submit_;
+  std::unordered_map<std::string, std::size_t> lane_by_id_;
+  std::vector<LaneCount> lanes_;
+  EarlierOutput earlier_;
+  ProgressState state_;
+  RateMeter meter_;
+  std::size_t bad_ = 0, earlier_count_ = 0;
+  std::FILE* out_ = nullptr;
+  RequestQueue* queue_ = nullptr;
+  asio::signal_set* signals_ = nullptr;
+  asio::steady_timer* ticker_ = nullptr;
+  std::optional<mock::MockServer> mock_;
+  nlohmann::json mock_seen_;
+  steady::time_point started_at_ = steady::now();
+  bool interrupted_ = false;
+  bool finishing_ = false;
+};
+
+}  // namespace
+
+int run_batch(const RunOptions& options) {
+  try {
+    BatchRun run(options, read_input(options.input));
+    return run.run();
+  } catch (const setup_error& e) {
+    std::fprintf(stderr, "laneq: %s\n", e.message.c_str());
+    return 2;
+  }
+}
+
+}  // namespace laneq::cli
