@@ -168,6 +168,8 @@ TEST_CASE("laneq run writes one output line per input line - bad lines with thei
                                           {9, "duplicate_custom_id"},
                                           {10, "unknown_url"}});
   CHECK(r.err.find("4 malformed line(s)") != std::string::npos);
+  CHECK(r.err.find("in.jsonl: line 3: not valid JSON") != std::string::npos);
+  CHECK(r.err.find("line 9: custom_id \"req-1\" is already used on line 2") != std::string::npos);
   CHECK(r.err.find("6 of 10 lines succeeded, 4 failed") != std::string::npos);
 }
 

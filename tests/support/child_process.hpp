@@ -87,6 +87,15 @@ class ChildProcess {
     return read_fd(err_, line, timeout);
   }
 
+  // Whatever stdout has now, waiting at most `timeout` for something ("" at EOF or timeout).
+  std::string read_stdout_some(std::chrono::milliseconds timeout) {
+    pollfd p{out_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return {};
+    char buf[65536];
+    const auto n = ::read(out_, buf, sizeof buf);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  }
+
   void signal(int sig) {
     if (pid_ > 0) ::kill(pid_, sig);
   }

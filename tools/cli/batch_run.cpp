@@ -257,6 +257,12 @@ class BatchRun {
                  o_.provider.c_str(), base_url.empty() ? "its default URL" : base_url.c_str(),
                  static_cast<long long>(o_.workers), limits.c_str(),
                  o_.journal.empty() ? "" : (", journal " + o_.journal).c_str());
+    constexpr std::size_t shown = 20;  // the rest are in the output file
+    std::size_t n = 0;
+    for (const auto& item : items_)
+      if (const auto* bad = std::get_if<BadLine>(&item); bad && n++ < shown)
+        std::fprintf(stderr, "laneq: %s: %s\n", o_.input.c_str(), bad->message.c_str());
+    if (n > shown) std::fprintf(stderr, "laneq: ... and %zu more malformed lines\n", n - shown);
     started_at_ = steady::now();
   }
 
