@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -104,6 +105,30 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
   // Grants from the head while possible; arms the timer for the head's ready time. Completions
   // are collected and run by the caller after unlocking (they post; never under our lock).
   void service(ready_list& ready) {
+    service_waiters(ready);
+    refresh();
+  }
+
+  // The lock-free fast path of a limiter without budgets (a queue with no limits configured):
+  // it grants at once unless someone waits or a server-requested pause holds. These mirror
+  // what it needs; refresh() runs under `mu` after every change to budgets, waiters or pause.
+  std::atomic<bool> unmetered{false};            // no budgets and nobody waiting
+  std::atomic<std::int64_t> paused_until_ns{0};  // budgets.paused_until(), steady clock
+  std::atomic<std::uint64_t> fast_granted{0};    // grants made by the fast path
+
+  void refresh() {
+    paused_until_ns.store(budgets.paused_until().time_since_epoch().count(),
+                          std::memory_order_release);
+    unmetered.store(budgets.size() == 0 && waiters.empty(), std::memory_order_release);
+  }
+
+  bool open_now() const {
+    if (!unmetered.load(std::memory_order_acquire)) return false;
+    const auto until = paused_until_ns.load(std::memory_order_acquire);
+    return until == 0 || steady::now().time_since_epoch().count() >= until;
+  }
+
+  void service_waiters(ready_list& ready) {
     const auto now = steady::now();
     while (!waiters.empty()) {
       auto it = waiters.begin();
@@ -152,6 +177,7 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     d = std::min<std::chrono::nanoseconds>(d, std::chrono::hours(24));
     if (budgets.paused_until() <= now) ++pauses;  // a new pause, not N workers' echoes of one
     budgets.pause_until(now + std::chrono::duration_cast<Duration>(d));
+    refresh();
   }
 
   // Grants `c` now if every budget allows: the ticket, or 0.
@@ -204,6 +230,7 @@ struct canceller {
       done = std::move(it->second.done);
       s->waiters.erase(it);
       if (was_head) s->service(ready);  // the next head may be ready sooner
+      s->refresh();
     }
     done(asio::error::operation_aborted, 0);
     detail::limiter_state::run(ready);
@@ -216,6 +243,7 @@ RateLimiter::RateLimiter(executor_type ex, RateLimits limits, std::string name)
     : executor_(ex) {
   validate(limits, name);
   state_ = std::make_shared<detail::limiter_state>(ex, limits, std::move(name));
+  state_->refresh();
 }
 
 RateLimiter::~RateLimiter() {
@@ -245,6 +273,7 @@ void RateLimiter::initiate(RateCost cost, int priority, asio::cancellation_slot 
       s.waiters.emplace(key, detail::limiter_state::waiter{cost, std::move(done)});
       if (slot.is_connected()) slot.emplace<canceller>(canceller{state_, key});
       if (s.waiters.begin()->first == key) s.service(ready);
+      s.refresh();
     }
   }
   detail::limiter_state::run(ready);
@@ -259,6 +288,10 @@ asio::awaitable<RateLimiter::Ticket> RateLimiter::acquire(RateCost cost, int pri
 
 RateLimiter::Ticket RateLimiter::try_acquire(RateCost cost) {
   auto& s = *state_;
+  if (s.open_now()) {  // no budgets: nothing to charge, nothing to reconcile
+    s.fast_granted.fetch_add(1, std::memory_order_relaxed);
+    return unmetered_ticket;
+  }
   std::lock_guard lock(s.mu);
   if (!s.waiters.empty()) return 0;  // no barging past waiters
   return s.grant_now(s.costs(cost));
@@ -266,12 +299,13 @@ RateLimiter::Ticket RateLimiter::try_acquire(RateCost cost) {
 
 bool RateLimiter::fits(RateCost cost) const {
   auto& s = *state_;
+  if (s.unmetered.load(std::memory_order_acquire)) return true;  // no budgets
   std::lock_guard lock(s.mu);
   return s.budgets.fits(s.costs(cost));
 }
 
 void RateLimiter::reconcile(Ticket ticket, RateCost estimate, RateCost actual) {
-  if (ticket == 0) return;
+  if (ticket == 0 || ticket == unmetered_ticket) return;
   auto& s = *state_;
   detail::limiter_state::ready_list ready;
   {
@@ -386,7 +420,7 @@ LimiterSnapshot RateLimiter::snapshot() const {
                            .available = s.budgets.available(i, now)});
   }
   out.waiting = s.waiters.size();
-  out.granted = s.granted;
+  out.granted = s.granted + s.fast_granted.load(std::memory_order_relaxed);
   out.pauses = s.pauses;
   const auto paused = s.budgets.paused_until();
   out.paused_for_s = paused > now ? std::chrono::duration<double>(paused - now).count() : 0.0;

@@ -67,6 +67,8 @@ class RateLimiter {
  public:
   using executor_type = asio::any_io_executor;
   using Ticket = std::uint64_t;  // identifies a grant for reconcile(); 0 = none
+  // A grant made while the limiter had no budgets: nothing was charged, nothing to reconcile.
+  static constexpr Ticket unmetered_ticket = ~Ticket{0};
   using Completion = detail::unique_function<void(std::error_code, Ticket)>;
 
   // Throws std::system_error(errc::invalid_config) naming the bad field (negative limit,

@@ -453,6 +453,15 @@ TEST_CASE("without budgets only pauses hold grants", "[limiter][pause]") {
   CHECK_FALSE(o.ec);
   CHECK(ms(o.at - t0) >= 140);
   CHECK(ms(o.at - t0) < 150 + 1000);
+  CHECK(lim.snapshot().granted == 1001);  // the lock-free grants are counted too
+  // With a budget the lock-free path is off: grants are charged and run out.
+  lim.set_limits({.requests = 2});
+  CHECK(lim.try_acquire({}) != 0);
+  CHECK(lim.try_acquire({}) != 0);
+  CHECK(lim.try_acquire({}) == 0);
+  CHECK_FALSE(lim.fits({.requests = 3}));
+  lim.set_limits({});  // and back without budgets
+  CHECK(lim.try_acquire({}) != 0);
 }
 
 TEST_CASE("a refund from reconcile lets a waiting request through at once", "[limiter]") {
