@@ -1,5 +1,5 @@
 // B5-journal: the durable journal's store layer alone (no queue, no HTTP), SQLite in WAL mode.
-//   appends_per_s:                  N appends (~200-byte request JSON) from one producer thread,
+//   appends_per_s:                  N appends (~205-byte request JSON) from one producer thread,
 //                                   at most `window` unacknowledged, until the last is committed
 //   requests_per_s_with_outcomes:   the same, and each acknowledged row is then marked in_flight
 //                                   and finished with a small Response by a second thread (as
@@ -39,8 +39,7 @@ laneq::JournalRecord make_record(std::size_t i) {
   r.request = {.model = "gpt-4o-mini",
                .messages = {{"system", "You are terse."},
                             {"user", "Summarise ticket #" + std::to_string(i) +
-                                         " in one sentence: the customer cannot log in after "
-                                         "resetting the password twice."}},
+                                         ": cannot log in after a password reset."}},
                .max_tokens = 256};
   r.enqueued_at = std::chrono::system_clock::now();
   r.deadline = r.enqueued_at + std::chrono::minutes(2);

@@ -238,7 +238,7 @@ struct Journal::Impl {
   // Writer-thread state.
   std::string scratch;                // the request JSON of the append being written
   std::string sql_error;              // SQLite's message for the latest failed step
-  std::string op_error;            // this batch's latest failed operation
+  std::string op_error;               // this batch's latest failed operation
   std::uint64_t finished_since_pass = 0;
   std::int64_t finished_rows = 0;     // finished rows in the file (keep_last)
   steady::time_point last_pass{};

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -816,6 +817,66 @@ TEST_CASE("every acknowledged append survives a kill -9 of the writing process",
   for (const auto& id : acknowledged) lost += stored.count(id) ? 0 : 1;
   CHECK(lost == 0);
   CHECK(stored.size() >= acknowledged.size());
+}
+
+TEST_CASE("a failed commit fails its whole batch once and the journal keeps working",
+          "[journal][errors]") {
+  // A child process caps its file size (RLIMIT_FSIZE), so SQLite's writes of the next batches
+  // fail as on a full disk; then it lifts the cap. It reports what it saw through a pipe.
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string out;
+    try {
+      ::signal(SIGXFSZ, SIG_IGN);  // an oversized write fails with EFBIG instead of killing us
+      auto j = Journal::open({path});
+      std::error_code ec;
+      const auto size = std::max(fs::file_size(path), fs::file_size(path + "-wal", ec));
+      rlimit cap{};
+      ::getrlimit(RLIMIT_FSIZE, &cap);
+      const rlimit small{static_cast<rlim_t>(size + 4096), cap.rlim_max};
+      ::setrlimit(RLIMIT_FSIZE, &small);
+      constexpr int n = 500;
+      std::vector<int> calls(n, 0);  // written by the writer thread, read after flush
+      std::atomic<int> failed{0};
+      for (int i = 0; i < n; ++i)
+        j->append(make_record("r" + std::to_string(i), std::string(400, 'x')),
+                  [&, i](std::error_code e, std::int64_t) {
+                    ++calls[static_cast<std::size_t>(i)];
+                    if (e == errc::journal) ++failed;
+                  });
+      const auto flushed = flush_wait(*j);
+      const auto s = j->stats();
+      ::setrlimit(RLIMIT_FSIZE, &cap);
+      const auto after = append_wait(*j, make_record("after"));
+      out = "calls_once=" + std::to_string(std::count(calls.begin(), calls.end(), 1) == n) +
+            " failed=" + std::to_string(failed.load() > 0) +
+            " flush=" + std::to_string(flushed == errc::journal || !flushed) +
+            " write_errors=" + std::to_string(s.write_errors > 0) +
+            " after=" + std::to_string(!after.first) + " last_error=" + s.last_error;
+    } catch (const std::exception& e) {
+      out = std::string("exception: ") + e.what();
+    }
+    (void)!::write(fds[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[1024];
+  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::StartsWith("calls_once=1 failed=1 flush=1 write_errors=1 after=1"));
+  CHECK_THAT(out, Catch::Contains(path));
+  // the append acknowledged after the cap was lifted is in the file
+  CHECK(lookup_wait(*Journal::open({path}), "after"));
 }
 
 TEST_CASE("requests and responses round-trip through their stored JSON", "[journal][json]") {
