@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <future>
 #include <iterator>
@@ -22,7 +23,9 @@
 #include <semaphore>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "laneq/laneq.hpp"
@@ -235,6 +238,61 @@ void sql(const std::string& path, const std::string& statements) {
   INFO(msg);
   REQUIRE(rc == SQLITE_OK);
 }
+
+void write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t k = ::write(fd, text.data(), text.size());
+    if (k <= 0) return;
+    text.remove_prefix(static_cast<std::size_t>(k));
+  }
+}
+
+// A forked child process that runs body(fd) and exits, never returning into Catch2; what it
+// writes to fd, the parent reads. The body catches its own exceptions. Fork while no Journal
+// (no writer thread) is open in the parent.
+class Child {
+ public:
+  template <class Body>
+  explicit Child(Body body) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      body(fds[1]);
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~Child() {
+    ::close(fd_);
+    if (pid_ > 0) wait();
+  }
+
+  // Reads what the child writes until it closes the pipe or `enough(text so far)`.
+  std::string& read(const std::function<bool(const std::string&)>& enough = nullptr) {
+    char buf[4096];
+    while (!(enough && enough(out_))) {
+      const ssize_t k = ::read(fd_, buf, sizeof buf);
+      if (k <= 0) break;
+      out_.append(buf, static_cast<std::size_t>(k));
+    }
+    return out_;
+  }
+  void kill() const { ::kill(pid_, SIGKILL); }
+  int wait() {  // the exit status
+    int status = 0;
+    ::waitpid(std::exchange(pid_, 0), &status, 0);
+    return status;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  int fd_ = -1;
+  std::string out_;
+};
 
 }  // namespace
 
@@ -661,32 +719,20 @@ TEST_CASE("a read-only journal file or directory is refused with a clear error",
   ::chmod(dir.file("ro-dir2").c_str(), 0555);
 
   auto open_as_user = [](const std::string& path) -> std::string {
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {  // child: no Catch2 here, only _exit
-      ::close(fds[0]);
+    Child child([&](int fd) {
       std::string out = "opened";
-      if (::getuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) out = "setuid failed";
-      else {
+      if (::getuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+        out = "setuid failed";
+      } else {
         try {
           Journal::open({path});
         } catch (const std::exception& e) {
           out = e.what();
         }
       }
-      (void)!::write(fds[1], out.data(), out.size());
-      ::_exit(0);
-    }
-    ::close(fds[1]);
-    std::string out;
-    char buf[512];
-    for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
-    ::close(fds[0]);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return out;
+      write_all(fd, out);
+    });
+    return child.read();
   };
 
   const auto file_msg = open_as_user(ro_file);
@@ -767,43 +813,25 @@ TEST_CASE("a version 1 journal is migrated to version 2 and keeps its rows", "[j
 TEST_CASE("every acknowledged append survives a kill -9 of the writing process", "[journal]") {
   TempDir dir;
   const auto path = dir.file("j.db");
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {  // child: appends until killed, writing each acknowledged id to the pipe
-    ::close(fds[0]);
+  Child child([&](int fd) {  // appends until killed, writing each acknowledged id to the pipe
     try {
       auto j = Journal::open({path});
       std::counting_semaphore<> window(256);  // bounded queue, no busy loop
       for (int i = 0;; ++i) {
         window.acquire();
         std::string id = "k" + std::to_string(i);
-        j->append(make_record(id), [&window, fd = fds[1], id](std::error_code ec, std::int64_t) {
-          if (!ec) {
-            const std::string line = id + "\n";
-            (void)!::write(fd, line.data(), line.size());
-          }
+        j->append(make_record(id), [&window, fd, id](std::error_code ec, std::int64_t) {
+          if (!ec) write_all(fd, id + "\n");  // one write of < PIPE_BUF bytes: atomic
           window.release();
         });
       }
     } catch (...) {
     }
-    ::_exit(2);
-  }
-  ::close(fds[1]);
-  std::string acked;
-  char buf[4096];
-  auto lines = [&] { return std::count(acked.begin(), acked.end(), '\n'); };
-  ssize_t k = 0;
-  while (lines() < 3000 && (k = ::read(fds[0], buf, sizeof buf)) > 0)
-    acked.append(buf, static_cast<std::size_t>(k));
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  CHECK(WIFSIGNALED(status));
-  while ((k = ::read(fds[0], buf, sizeof buf)) > 0) acked.append(buf, static_cast<std::size_t>(k));
-  ::close(fds[0]);
+  });
+  child.read([](const std::string& text) { return std::count(text.begin(), text.end(), '\n') >= 3000; });
+  child.kill();
+  CHECK(WIFSIGNALED(child.wait()));
+  const std::string& acked = child.read();  // what was written before the kill
 
   std::set<std::string> acknowledged;
   for (std::size_t at = 0, nl; (nl = acked.find('\n', at)) != std::string::npos; at = nl + 1)
@@ -825,12 +853,7 @@ TEST_CASE("a failed commit fails its whole batch once and the journal keeps work
   // fail as on a full disk; then it lifts the cap. It reports what it saw through a pipe.
   TempDir dir;
   const auto path = dir.file("j.db");
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
+  Child child([&](int fd) {
     std::string out;
     try {
       ::signal(SIGXFSZ, SIG_IGN);  // an oversized write fails with EFBIG instead of killing us
@@ -862,16 +885,9 @@ TEST_CASE("a failed commit fails its whole batch once and the journal keeps work
     } catch (const std::exception& e) {
       out = std::string("exception: ") + e.what();
     }
-    (void)!::write(fds[1], out.data(), out.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[1024];
-  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+    write_all(fd, out);
+  });
+  const std::string out = child.read();
   INFO(out);
   CHECK_THAT(out, Catch::StartsWith("calls_once=1 failed=1 flush=1 write_errors=1 after=1"));
   CHECK_THAT(out, Catch::Contains(path));
