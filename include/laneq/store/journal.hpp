@@ -45,11 +45,12 @@ struct JournalConfig {
   JournalSync synchronous = JournalSync::normal;
   std::size_t max_batch = 4096;               // operations per transaction (group commit), >= 1
   // Retention of finished rows (never pending / in_flight ones), applied at open, after every
-  // 1,000 finished rows and after a minute without work: delete rows finished longer ago than
-  // retention_max_age (0 = keep), and all but the newest retention_keep_last (0 = keep all).
+  // 1,000 finished rows and at least once a minute (also when idle): delete rows finished longer
+  // ago than retention_max_age (0 = keep), then all but the newest retention_keep_last (0 = all).
   std::chrono::milliseconds retention_max_age{0};
   std::size_t retention_keep_last = 0;
-  // Time of finish() stamps and of retention's age cut-off; default system_clock::now.
+  // Time of finish() stamps and of retention's age cut-off; default system_clock::now. Called
+  // from finish()'s caller and from the writer thread: must be thread-safe.
   std::function<std::chrono::system_clock::time_point()> clock{};
 
   // `config.journal = "run.db"`: the defaults with this path. (Assignment, not a constructor:
