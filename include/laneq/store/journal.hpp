@@ -1,9 +1,10 @@
 #pragma once
 // Journal: a durable record of requests in one SQLite file (WAL), written by one writer thread
 // that the Journal owns. No Asio: calls queue work and return at once; the writer thread runs
-// everything queued in ONE transaction (group commit) and then calls the completions of that
-// batch, in the order the calls were made, on the writer thread. Keep completions short, never
-// block in them, never let them throw; they may call the Journal again.
+// what is queued in ONE transaction (group commit, up to max_batch operations) and then calls
+// the completions of that batch, in the order the calls were made, on the writer thread. Keep
+// completions short, never block in them, never let them throw; they may call the Journal
+// again. A completion may be empty (nullptr).
 //
 //   auto journal = laneq::Journal::open({.path = "run.db"});   // or open({"run.db"})
 //   for (auto& r : journal->take_recovered()) requeue(r);           // left open by a crash
@@ -143,9 +144,8 @@ class Journal {
   const std::string& owner() const noexcept;
   JournalStats stats() const;  // thread-safe
 
-  struct Impl;  // lib/store/journal.cpp
-
  private:
+  struct Impl;  // lib/store/journal.cpp
   explicit Journal(std::shared_ptr<Impl> impl) noexcept;
   std::shared_ptr<Impl> impl_;
 };
