@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -189,7 +189,7 @@ struct Journal::Impl {
 
   // --- writer thread ---
   void run();
-  void run_batch(std::vector<Op>& batch, bool retention_due);
+  void run_batch(std::span<Op> batch, bool retention_due);
   std::error_code statement_failed(std::string what, BatchCounts& n);
   bool transaction_lost() const noexcept { return sqlite3_get_autocommit(db.get()) != 0; }
   int step_once(Stmt& s);  // step + reset; an error's message goes to sql_error
@@ -204,12 +204,12 @@ struct Journal::Impl {
   void execute(LookupOp& o, BatchCounts& n);
   void execute(ListOp& o, BatchCounts& n);
 
+  // Notifies under the lock: once it is released, a completion may drop the last reference
+  // and free this Impl. Only an idle writer is woken; a busy one finds the op when it looks.
   void push(Op op) {
-    {
-      std::lock_guard lock(mu);
-      queue.push_back(std::move(op));
-    }
-    cv.notify_one();
+    std::lock_guard lock(mu);
+    queue.push_back(std::move(op));
+    if (writer_idle) cv.notify_one();
   }
 
   JournalConfig config;
@@ -220,11 +220,13 @@ struct Journal::Impl {
     Stmt retention_age, retention_oldest;
   } st;
 
-  // Queue, shared with the callers.
+  // Queue, shared with the callers. The writer swaps it with its own empty vector, so both
+  // keep their capacity and queuing does not allocate in a steady state.
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::deque<Op> queue;
+  std::vector<Op> queue;
   bool stopping = false;
+  bool writer_idle = false;
   std::vector<JournalRecord> recovered;
   std::thread writer;
 
@@ -236,7 +238,7 @@ struct Journal::Impl {
   // Writer-thread state.
   std::string scratch;                // the request JSON of the append being written
   std::string sql_error;              // SQLite's message for the latest failed step
-  std::string op_error;            // this batch's latest failed operation
+  std::string op_error;               // this batch's latest failed operation
   std::uint64_t finished_since_pass = 0;
   std::int64_t finished_rows = 0;     // finished rows in the file (keep_last)
   steady::time_point last_pass{};
@@ -427,7 +429,8 @@ bool Journal::Impl::retention_pass(BatchCounts& n) {
 
 void Journal::Impl::execute(AppendOp& o, BatchCounts& n) {
   const JournalRecord& r = o.rec;
-  scratch = store::dump(store::to_json(r.request));
+  scratch.clear();
+  store::append_json(scratch, r.request);
   Stmt& s = st.insert;
   s.bind(1, r.id);
   s.bind(2, std::int64_t{r.priority});
@@ -539,7 +542,7 @@ void Journal::Impl::execute(ListOp& o, BatchCounts& n) {
   }
 }
 
-void Journal::Impl::run_batch(std::vector<Op>& batch, bool retention_due) {
+void Journal::Impl::run_batch(std::span<Op> batch, bool retention_due) {
   const auto t0 = steady::now();
   BatchCounts n;
   op_error.clear();
@@ -609,27 +612,28 @@ void Journal::Impl::run_batch(std::vector<Op>& batch, bool retention_due) {
 void Journal::Impl::run() {
   const bool retention = config.retention_max_age.count() > 0 || config.retention_keep_last > 0;
   last_pass = steady::now();
-  std::vector<Op> batch;
-  batch.reserve(std::min<std::size_t>(config.max_batch, 4096));
+  std::vector<Op> taken;  // everything queued, run in transactions of at most max_batch ops
   std::unique_lock lock(mu);
   for (;;) {
     const auto ready = [&] { return !queue.empty() || stopping; };
     bool due = false;
+    writer_idle = true;
     if (!retention) {
       cv.wait(lock, ready);
     } else if (!cv.wait_until(lock, last_pass + retention_period, ready)) {
       due = true;  // a minute without work: a retention pass on its own
     }
+    writer_idle = false;
     if (queue.empty() && stopping) break;
     due = due || (retention && steady::now() - last_pass >= retention_period);
-    const std::size_t take = std::min(queue.size(), config.max_batch);
-    for (std::size_t i = 0; i < take; ++i) {
-      batch.push_back(std::move(queue.front()));
-      queue.pop_front();
-    }
+    taken.swap(queue);
     lock.unlock();
-    run_batch(batch, due);
-    batch.clear();  // destroys the ops (and their handlers) outside the lock
+    const std::span<Op> all(taken);
+    for (std::size_t at = 0; at < all.size() || due; at += config.max_batch) {
+      run_batch(all.subspan(at, std::min(config.max_batch, all.size() - at)), due);
+      due = false;
+    }
+    taken.clear();  // destroys the ops (and their handlers) outside the lock
     lock.lock();
   }
 }

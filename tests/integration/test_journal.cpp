@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <future>
 #include <iterator>
@@ -21,7 +23,9 @@
 #include <semaphore>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "laneq/laneq.hpp"
@@ -207,6 +211,12 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+std::string request_json(const laneq::Request& r) {
+  std::string out;
+  laneq::store::append_json(out, r);
+  return out;
+}
+
 // A settable clock for finish() stamps and retention.
 struct ManualClock {
   std::shared_ptr<std::atomic<std::int64_t>> ms = std::make_shared<std::atomic<std::int64_t>>(t0_ms);
@@ -228,6 +238,61 @@ void sql(const std::string& path, const std::string& statements) {
   INFO(msg);
   REQUIRE(rc == SQLITE_OK);
 }
+
+void write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t k = ::write(fd, text.data(), text.size());
+    if (k <= 0) return;
+    text.remove_prefix(static_cast<std::size_t>(k));
+  }
+}
+
+// A forked child process that runs body(fd) and exits, never returning into Catch2; what it
+// writes to fd, the parent reads. The body catches its own exceptions. Fork while no Journal
+// (no writer thread) is open in the parent.
+class Child {
+ public:
+  template <class Body>
+  explicit Child(Body body) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      body(fds[1]);
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~Child() {
+    ::close(fd_);
+    if (pid_ > 0) wait();
+  }
+
+  // Reads what the child writes until it closes the pipe or `enough(text so far)`.
+  std::string& read(const std::function<bool(const std::string&)>& enough = nullptr) {
+    char buf[4096];
+    while (!(enough && enough(out_))) {
+      const ssize_t k = ::read(fd_, buf, sizeof buf);
+      if (k <= 0) break;
+      out_.append(buf, static_cast<std::size_t>(k));
+    }
+    return out_;
+  }
+  void kill() const { ::kill(pid_, SIGKILL); }
+  int wait() {  // the exit status
+    int status = 0;
+    ::waitpid(std::exchange(pid_, 0), &status, 0);
+    return status;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  int fd_ = -1;
+  std::string out_;
+};
 
 }  // namespace
 
@@ -654,32 +719,20 @@ TEST_CASE("a read-only journal file or directory is refused with a clear error",
   ::chmod(dir.file("ro-dir2").c_str(), 0555);
 
   auto open_as_user = [](const std::string& path) -> std::string {
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {  // child: no Catch2 here, only _exit
-      ::close(fds[0]);
+    Child child([&](int fd) {
       std::string out = "opened";
-      if (::getuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) out = "setuid failed";
-      else {
+      if (::getuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+        out = "setuid failed";
+      } else {
         try {
           Journal::open({path});
         } catch (const std::exception& e) {
           out = e.what();
         }
       }
-      (void)!::write(fds[1], out.data(), out.size());
-      ::_exit(0);
-    }
-    ::close(fds[1]);
-    std::string out;
-    char buf[512];
-    for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(k));
-    ::close(fds[0]);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return out;
+      write_all(fd, out);
+    });
+    return child.read();
   };
 
   const auto file_msg = open_as_user(ro_file);
@@ -723,7 +776,7 @@ TEST_CASE("a journal with a newer schema version is refused and left untouched",
 TEST_CASE("a version 1 journal is migrated to version 2 and keeps its rows", "[journal]") {
   TempDir dir;
   const auto path = dir.file("v1.db");
-  const std::string request = laneq::store::dump(laneq::store::to_json(make_record("x").request));
+  const std::string request = request_json(make_record("x").request);
   // A journal as the first schema left it: one pending and one in_flight row, one finished.
   sql(path, std::string(laneq::store::migrations[0]) +
                 "PRAGMA user_version = 1;"
@@ -760,43 +813,25 @@ TEST_CASE("a version 1 journal is migrated to version 2 and keeps its rows", "[j
 TEST_CASE("every acknowledged append survives a kill -9 of the writing process", "[journal]") {
   TempDir dir;
   const auto path = dir.file("j.db");
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {  // child: appends until killed, writing each acknowledged id to the pipe
-    ::close(fds[0]);
+  Child child([&](int fd) {  // appends until killed, writing each acknowledged id to the pipe
     try {
       auto j = Journal::open({path});
       std::counting_semaphore<> window(256);  // bounded queue, no busy loop
       for (int i = 0;; ++i) {
         window.acquire();
         std::string id = "k" + std::to_string(i);
-        j->append(make_record(id), [&window, fd = fds[1], id](std::error_code ec, std::int64_t) {
-          if (!ec) {
-            const std::string line = id + "\n";
-            (void)!::write(fd, line.data(), line.size());
-          }
+        j->append(make_record(id), [&window, fd, id](std::error_code ec, std::int64_t) {
+          if (!ec) write_all(fd, id + "\n");  // one write of < PIPE_BUF bytes: atomic
           window.release();
         });
       }
     } catch (...) {
     }
-    ::_exit(2);
-  }
-  ::close(fds[1]);
-  std::string acked;
-  char buf[4096];
-  auto lines = [&] { return std::count(acked.begin(), acked.end(), '\n'); };
-  ssize_t k = 0;
-  while (lines() < 3000 && (k = ::read(fds[0], buf, sizeof buf)) > 0)
-    acked.append(buf, static_cast<std::size_t>(k));
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  CHECK(WIFSIGNALED(status));
-  while ((k = ::read(fds[0], buf, sizeof buf)) > 0) acked.append(buf, static_cast<std::size_t>(k));
-  ::close(fds[0]);
+  });
+  child.read([](const std::string& text) { return std::count(text.begin(), text.end(), '\n') >= 3000; });
+  child.kill();
+  CHECK(WIFSIGNALED(child.wait()));
+  const std::string& acked = child.read();  // what was written before the kill
 
   std::set<std::string> acknowledged;
   for (std::size_t at = 0, nl; (nl = acked.find('\n', at)) != std::string::npos; at = nl + 1)
@@ -812,20 +847,81 @@ TEST_CASE("every acknowledged append survives a kill -9 of the writing process",
   CHECK(stored.size() >= acknowledged.size());
 }
 
+TEST_CASE("a failed commit fails its whole batch once and the journal keeps working",
+          "[journal][errors]") {
+  // A child process caps its file size (RLIMIT_FSIZE), so SQLite's writes of the next batches
+  // fail as on a full disk; then it lifts the cap. It reports what it saw through a pipe.
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  Child child([&](int fd) {
+    std::string out;
+    try {
+      ::signal(SIGXFSZ, SIG_IGN);  // an oversized write fails with EFBIG instead of killing us
+      auto j = Journal::open({path});
+      std::error_code ec;
+      const auto size = std::max(fs::file_size(path), fs::file_size(path + "-wal", ec));
+      rlimit cap{};
+      ::getrlimit(RLIMIT_FSIZE, &cap);
+      const rlimit small{static_cast<rlim_t>(size + 4096), cap.rlim_max};
+      ::setrlimit(RLIMIT_FSIZE, &small);
+      constexpr int n = 500;
+      std::vector<int> calls(n, 0);  // written by the writer thread, read after flush
+      std::atomic<int> failed{0};
+      for (int i = 0; i < n; ++i)
+        j->append(make_record("r" + std::to_string(i), std::string(400, 'x')),
+                  [&, i](std::error_code e, std::int64_t) {
+                    ++calls[static_cast<std::size_t>(i)];
+                    if (e == errc::journal) ++failed;
+                  });
+      const auto flushed = flush_wait(*j);
+      const auto s = j->stats();
+      ::setrlimit(RLIMIT_FSIZE, &cap);
+      const auto after = append_wait(*j, make_record("after"));
+      out = "calls_once=" + std::to_string(std::count(calls.begin(), calls.end(), 1) == n) +
+            " failed=" + std::to_string(failed.load() > 0) +
+            " flush=" + std::to_string(flushed == errc::journal || !flushed) +
+            " write_errors=" + std::to_string(s.write_errors > 0) +
+            " after=" + std::to_string(!after.first) + " last_error=" + s.last_error;
+    } catch (const std::exception& e) {
+      out = std::string("exception: ") + e.what();
+    }
+    write_all(fd, out);
+  });
+  const std::string out = child.read();
+  INFO(out);
+  CHECK_THAT(out, Catch::StartsWith("calls_once=1 failed=1 flush=1 write_errors=1 after=1"));
+  CHECK_THAT(out, Catch::Contains(path));
+  // the append acknowledged after the cap was lifted is in the file
+  CHECK(lookup_wait(*Journal::open({path}), "after"));
+}
+
 TEST_CASE("requests and responses round-trip through their stored JSON", "[journal][json]") {
-  const auto req = make_record("x").request;
-  const auto req_text = laneq::store::dump(laneq::store::to_json(req));
-  check_same(laneq::store::parse_request(req_text), req);
-  const auto j = nlohmann::json::parse(req_text);
-  CHECK(j.at("messages").at(1).at("role") == "user");
-  CHECK(j.at("extra").at("temperature") == 0.5);
+  auto req = make_record("x").request;
+  req.messages.push_back({"tool", std::string("tab\t nl\n cr\r bell\x07 nul") + '\0' + " \"q\" \\ é € 😀"});
+  const auto text = request_json(req);
+  check_same(laneq::store::parse_request(text), req);
+  nlohmann::json expected = {{"model", req.model},
+                             {"messages", nlohmann::json::array()},
+                             {"max_tokens", req.max_tokens},
+                             {"stream", req.stream},
+                             {"extra", req.extra}};
+  for (const auto& m : req.messages)
+    expected["messages"].push_back({{"role", m.role}, {"content", m.content}});
+  CHECK(nlohmann::json::parse(text) == expected);
+  check_same(laneq::store::parse_request(request_json({})), laneq::Request{});
+
+  // Invalid UTF-8 (a stray continuation byte, a truncated sequence, a surrogate, an overlong
+  // form) is replaced, so the stored JSON always parses.
+  laneq::Request bad{.model = "m",
+                     .messages = {{"user", "a\x80" "b \xe2\x82 \xed\xa0\x80 \xc0\xaf end\xf0"}}};
+  const auto bad_back = laneq::store::parse_request(request_json(bad));
+  CHECK(bad_back.messages[0].content.find("\xef\xbf\xbd") != std::string::npos);
+  CHECK(bad_back.messages[0].content.substr(0, 1) == "a");
+  CHECK(bad_back.messages[0].content.find(" end") != std::string::npos);
 
   const auto resp = make_response();
   check_same(laneq::store::parse_response(laneq::store::dump(laneq::store::to_json(resp))), resp);
   laneq::Response empty;
   check_same(laneq::store::parse_response(laneq::store::dump(laneq::store::to_json(empty))), empty);
-
-  laneq::Request bad_utf8{.model = "m", .messages = {{"user", "\xff\xfe ok"}}};
-  CHECK_NOTHROW(laneq::store::dump(laneq::store::to_json(bad_utf8)));
   CHECK_THROWS(laneq::store::parse_request(R"({"model":"m"})"));
 }

@@ -1,9 +1,10 @@
 #pragma once
 // Journal: a durable record of requests in one SQLite file (WAL), written by one writer thread
 // that the Journal owns. No Asio: calls queue work and return at once; the writer thread runs
-// everything queued in ONE transaction (group commit) and then calls the completions of that
-// batch, in the order the calls were made, on the writer thread. Keep completions short, never
-// block in them, never let them throw; they may call the Journal again.
+// what is queued in ONE transaction (group commit, up to max_batch operations) and then calls
+// the completions of that batch, in the order the calls were made, on the writer thread. Keep
+// completions short, never block in them, never let them throw; they may call the Journal
+// again. A completion may be empty (nullptr).
 //
 //   auto journal = laneq::Journal::open({.path = "run.db"});   // or open({"run.db"})
 //   for (auto& r : journal->take_recovered()) requeue(r);           // left open by a crash
@@ -45,11 +46,12 @@ struct JournalConfig {
   JournalSync synchronous = JournalSync::normal;
   std::size_t max_batch = 4096;               // operations per transaction (group commit), >= 1
   // Retention of finished rows (never pending / in_flight ones), applied at open, after every
-  // 1,000 finished rows and after a minute without work: delete rows finished longer ago than
-  // retention_max_age (0 = keep), and all but the newest retention_keep_last (0 = keep all).
+  // 1,000 finished rows and at least once a minute (also when idle): delete rows finished longer
+  // ago than retention_max_age (0 = keep), then all but the newest retention_keep_last (0 = all).
   std::chrono::milliseconds retention_max_age{0};
   std::size_t retention_keep_last = 0;
-  // Time of finish() stamps and of retention's age cut-off; default system_clock::now.
+  // Time of finish() stamps and of retention's age cut-off; default system_clock::now. Called
+  // from finish()'s caller and from the writer thread: must be thread-safe.
   std::function<std::chrono::system_clock::time_point()> clock{};
 
   // `config.journal = "run.db"`: the defaults with this path. (Assignment, not a constructor:
@@ -142,9 +144,8 @@ class Journal {
   const std::string& owner() const noexcept;
   JournalStats stats() const;  // thread-safe
 
-  struct Impl;  // lib/store/journal.cpp
-
  private:
+  struct Impl;  // lib/store/journal.cpp
   explicit Journal(std::shared_ptr<Impl> impl) noexcept;
   std::shared_ptr<Impl> impl_;
 };
