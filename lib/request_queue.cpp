@@ -361,7 +361,10 @@ class queue_impl {
     if (!recovered) op->submitted_at = now;
     const auto lane = sched_.lane_index(static_cast<int>(op->options.priority));
     if (lane == Scheduler::npos) {
-      if (recovered) return reject(op, errc::unknown_lane);  // its row must end too
+      // A recovered one's row must end too. Not through reject(): it would count the request
+      // in lane 0 (op->lane), a lane it never had; like a submit naming no lane, none counts it.
+      if (recovered)
+        return settle_durable(op, errc::unknown_lane, Metrics::Outcome::failed, Response{});
       op->complete(errc::unknown_lane, Response{});
       return;
     }
