@@ -361,7 +361,10 @@ class queue_impl {
     if (!recovered) op->submitted_at = now;
     const auto lane = sched_.lane_index(static_cast<int>(op->options.priority));
     if (lane == Scheduler::npos) {
-      if (recovered) return reject(op, errc::unknown_lane);  // its row must end too
+      // A recovered one's row must end too. Not through reject(): it would count the request
+      // in lane 0 (op->lane), a lane it never had; like a submit naming no lane, none counts it.
+      if (recovered)
+        return settle_durable(op, errc::unknown_lane, Metrics::Outcome::failed, Response{});
       op->complete(errc::unknown_lane, Response{});
       return;
     }
@@ -374,7 +377,9 @@ class queue_impl {
     }
     if (stopping_) return reject(op, errc::shutting_down);
     if (op->options.durable && !journal_) return reject(op, errc::no_journal);
-    if (cfg_.max_pending_per_client != 0 &&
+    // A recovered request was acknowledged in an earlier run: the per-client limit must not
+    // fail it now (only its deadline ends it); enqueue() lets it past the scheduler's too.
+    if (!recovered && cfg_.max_pending_per_client != 0 &&
         sched_.client_size(op->options.client) >= cfg_.max_pending_per_client)
       return reject(op, errc::client_queue_full);
     // Estimated once; a cost beyond a whole budget could never be granted: say so now.
@@ -555,6 +560,10 @@ class queue_impl {
                              .deadline = std::nullopt,
                              .cost = op->options.cost};
     if (op->options.timeout) args.deadline = op->deadline;
+    // An acknowledged durable request passed the per-client limit at admission (or in an
+    // earlier run), but others of its client may have been queued while its row was being
+    // committed: it must not fail now, so the limit does not apply to it again.
+    args.admitted = op->durable && op->durable->row > 0;
     const auto r = sched_.push(args);
     if (r.status != Scheduler::PushStatus::ok) {
       // Only a waiter can get here (limits were checked at admission): it is still waiting.

@@ -80,11 +80,13 @@ void Scheduler::collect_idle_clients() {
 Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   if (a.lane >= lanes_.size()) return {PushStatus::unknown_lane};
   // A requeue (a.seq) was admitted once already: limits do not apply to it again, so a retry
-  // is never lost to a queue that filled up meanwhile (overshoot <= requests in flight).
-  if (!a.seq && full()) return {PushStatus::queue_full};
+  // is never lost to a queue that filled up meanwhile (overshoot <= requests in flight). The
+  // same for one the caller admitted before (a.admitted).
+  const bool admitted = a.seq || a.admitted;
+  if (!admitted && full()) return {PushStatus::queue_full};
   const std::uint32_t c = client_for(a.client);
   Client* cl = &clients_[c];
-  if (!a.seq && cfg_.max_pending_per_client != 0 && cl->pending >= cfg_.max_pending_per_client)
+  if (!admitted && cfg_.max_pending_per_client != 0 && cl->pending >= cfg_.max_pending_per_client)
     return {PushStatus::client_queue_full};  // pending >= 1 here, so the client is not idle
 
   std::uint32_t slot;

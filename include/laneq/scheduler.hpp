@@ -65,6 +65,10 @@ class Scheduler {
     // original place in its lane and client (FIFO and aging as if it had never left). It was
     // admitted once: max_pending and max_pending_per_client do not reject it again.
     std::optional<std::uint64_t> seq{};
+    // New here, but admitted once already (a durable request acknowledged before it is queued,
+    // or recovered from a journal): like a requeue, max_pending and max_pending_per_client do
+    // not reject it; it gets a new seq.
+    bool admitted = false;
   };
 
   struct PushResult {

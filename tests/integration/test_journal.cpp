@@ -31,37 +31,18 @@
 #include "laneq/laneq.hpp"
 #include "store/record_json.hpp"
 #include "store/schema.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace std::chrono_literals;
 using laneq::errc;
 using laneq::Journal;
 using laneq::JournalRecord;
 using laneq::JournalState;
+using laneq::test::TempDir;
 using sys_clock = std::chrono::system_clock;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory per test, removed (with everything in it) at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "laneq-journal-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    dir_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    for (const auto& e : fs::recursive_directory_iterator(dir_, ec))
-      fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(dir_, ec);
-  }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
-  const fs::path& path() const { return dir_; }
-
- private:
-  fs::path dir_;
-};
 
 sys_clock::time_point at_ms(std::int64_t ms) { return sys_clock::time_point(std::chrono::milliseconds(ms)); }
 

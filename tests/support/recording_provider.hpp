@@ -1,6 +1,6 @@
 #pragma once
-// A Provider that records which request (by its first message's text) reached it and when, then
-// delegates to a SimulatedProvider (`inner`, for scripts and observations).
+// A Provider that records which request (by its first message's text, and its Request::id)
+// reached it and when, then delegates to a SimulatedProvider (`inner`, for scripts and observations).
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -21,6 +21,7 @@ class RecordingProvider final : public Provider {
     {
       std::lock_guard lock(mu_);
       starts_.emplace_back(r.messages.at(0).content, clock::now());
+      ids_.push_back(r.id);
     }
     inner.async_call(r, std::move(ctx), std::move(done));
   }
@@ -38,11 +39,18 @@ class RecordingProvider final : public Provider {
     return out;
   }
 
+  // The Request::id of every call, in call order.
+  std::vector<std::string> ids() {
+    std::lock_guard lock(mu_);
+    return ids_;
+  }
+
   SimulatedProvider inner;
 
  private:
   std::mutex mu_;
   std::vector<std::pair<std::string, clock::time_point>> starts_;
+  std::vector<std::string> ids_;
 };
 
 }  // namespace laneq::test

@@ -190,6 +190,25 @@ TEST_CASE("capacity and per-client limits reject with distinct statuses", "[sche
   CHECK(s.client_size("a") == 2);
 }
 
+TEST_CASE("an item admitted once already is not rejected by the limits and gets a new place",
+          "[scheduler]") {
+  Scheduler s({.lanes = {{.priority = 5}}, .max_pending = 2, .max_pending_per_client = 1});
+  auto push = [&](std::string c, std::uint64_t payload, bool admitted) {
+    return s.push({.lane = 0, .client = c, .payload = payload, .enqueued_at = t0,
+                   .admitted = admitted}).status;
+  };
+  CHECK(push("a", 1, false) == Scheduler::PushStatus::ok);
+  CHECK(push("a", 2, false) == Scheduler::PushStatus::client_queue_full);
+  CHECK(push("a", 2, true) == Scheduler::PushStatus::ok);
+  CHECK(s.full());
+  CHECK(push("b", 3, false) == Scheduler::PushStatus::queue_full);
+  CHECK(push("b", 3, true) == Scheduler::PushStatus::ok);
+  CHECK(s.client_size("a") == 2);
+  std::vector<std::uint64_t> order;
+  while (auto item = s.pop(t0)) order.push_back(item->payload);
+  CHECK(order == std::vector<std::uint64_t>{1, 3, 2});  // a, b, a: clients take turns
+}
+
 TEST_CASE("remove by id takes a queued item out once and only once", "[scheduler]") {
   Scheduler s(five_lanes());
   const auto a = s.push({.lane = 2, .client = "x", .payload = 11}).id;

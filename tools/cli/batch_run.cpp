@@ -115,6 +115,12 @@ class BatchRun {
 
   int run() {
     asio::io_context io;
+    // The mock server (a member) runs on `io` (a local): it must go before `io` does, on every
+    // way out of here, errors included, or its sockets are closed through a destroyed context.
+    struct ResetMock {
+      std::optional<mock::MockServer>& mock;
+      ~ResetMock() { mock.reset(); }
+    } reset_mock{mock_};
     std::string base_url = o_.base_url, key;
     if (o_.mock) {
       // The mock enforces the same limits server-side: a 429 would show that laneq overran them.
