@@ -216,7 +216,9 @@ class queue_impl {
                                   : (cfg_.journal.path.empty() ? nullptr : Journal::open(cfg_.journal));
     if (journal_) {
       link_ = std::make_shared<journal_link>(this, strand_);
-      recover();
+      // On the strand like all state changes (threads may already run the io_context), and
+      // before any submit made after construction, which queues behind it.
+      asio::post(strand_, [this] { recover(); });
     }
   }
 
@@ -490,7 +492,10 @@ class queue_impl {
     op->durable->result = std::move(resp);
     const Response& r = op->durable->result;
     std::string message = !ec ? "" : r.error_message.empty() ? ec.message() : r.error_message;
-    journal_->finish(row, journal_state(outcome), op->durable->earlier_attempts + op->attempts, ec,
+    // A call cancelled or timed out mid-flight is not in op->attempts, but it was started.
+    const auto attempts = std::max(op->durable->started_attempts,
+                                   op->durable->earlier_attempts + op->attempts);
+    journal_->finish(row, journal_state(outcome), attempts, ec,
                      std::move(message), &r,
                      [link = link_, op](std::error_code) {
                        // A failed outcome write leaves the row open: it runs again next time
@@ -701,11 +706,12 @@ class queue_impl {
       // The lease is informative (a journal has one owner at a time): the call's deadline.
       const auto lease = op->deadline != never ? op->deadline - op->started_at
                                                : steady::duration(std::chrono::hours(1));
+      op->durable->started_attempts = op->durable->earlier_attempts + op->attempts + 1;
       journal_->mark_in_flight(
           op->durable->row, w.index,
           std::chrono::system_clock::now() +
               std::chrono::duration_cast<std::chrono::system_clock::duration>(lease),
-          op->durable->earlier_attempts + op->attempts + 1);
+          op->durable->started_attempts);
     }
     try {
       auto token = asio::experimental::as_tuple(on_strand);
