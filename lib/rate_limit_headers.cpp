@@ -180,20 +180,48 @@ nanoseconds until(SysTime t, SysTime now) noexcept {
 
 // ---- header look-up ----
 
-// The trimmed value of the first header named a+b+c+d (any case), or nullopt.
-std::optional<std::string_view> find_header(const Headers& headers, std::string_view a,
-                                            std::string_view b = {}, std::string_view c = {},
-                                            std::string_view d = {}) noexcept {
-  const std::size_t len = a.size() + b.size() + c.size() + d.size();
+// The header names a parse reads, lower case; a slot per name holds the first such header's
+// trimmed value, so one pass over a response's headers (a dozen or more, most of them about
+// something else) finds them all.
+enum slot : std::size_t {
+  oa_limit_requests, oa_remaining_requests, oa_reset_requests,
+  oa_limit_tokens, oa_remaining_tokens, oa_reset_tokens,
+  an_requests_limit, an_requests_remaining, an_requests_reset,
+  an_tokens_limit, an_tokens_remaining, an_tokens_reset,
+  an_input_limit, an_input_remaining, an_input_reset,
+  an_output_limit, an_output_remaining, an_output_reset,
+  retry_after_ms, retry_after, should_retry, slot_count
+};
+
+constexpr std::array<std::string_view, slot_count> slot_names = {
+    "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset", "anthropic-ratelimit-tokens-limit",
+    "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-input-tokens-limit", "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-output-tokens-limit",
+    "anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-reset",
+    "retry-after-ms", "retry-after", "x-should-retry"};
+
+using Slots = std::array<std::optional<std::string_view>, slot_count>;
+
+Slots collect(const Headers& headers) noexcept {
+  Slots slots;
+  char buf[48];  // the longest name we read has 43 characters
   for (const auto& [k, v] : headers) {
-    if (k.size() != len) continue;
-    const std::string_view key(k);
-    if (iequals(key.substr(0, a.size()), a) && iequals(key.substr(a.size(), b.size()), b) &&
-        iequals(key.substr(a.size() + b.size(), c.size()), c) &&
-        iequals(key.substr(a.size() + b.size() + c.size()), d))
-      return trim(v);
+    if (k.empty() || k.size() > sizeof buf) continue;
+    const char c = lower(k[0]);  // every name we read starts with a, r or x
+    if (c != 'a' && c != 'r' && c != 'x') continue;
+    for (std::size_t i = 0; i < k.size(); ++i) buf[i] = lower(k[i]);
+    const std::string_view name(buf, k.size());
+    for (std::size_t i = 0; i < slot_count; ++i)
+      if (name == slot_names[i]) {
+        if (!slots[i]) slots[i] = trim(v);  // the first of a name counts
+        break;
+      }
   }
-  return std::nullopt;
+  return slots;
 }
 
 template <class T, class F>
@@ -297,43 +325,38 @@ std::optional<SysTime> parse_http_date(std::string_view s) noexcept {
 
 RateLimitInfo parse_rate_limit_headers(const Headers& headers, SysTime now) noexcept {
   RateLimitInfo info;
+  const Slots h = collect(headers);
 
-  // OpenAI: x-ratelimit-{limit,remaining,reset}-{requests,tokens}
-  const std::array<std::pair<std::string_view, RateLimitInfo::Bucket*>, 2> openai{{
-      {"requests", &info.requests},
-      {"tokens", &info.tokens},
-  }};
-  for (const auto& [name, bucket] : openai) {
-    set_if(bucket->limit, find_header(headers, "x-ratelimit-limit-", name), parse_non_negative_int);
-    set_if(bucket->remaining, find_header(headers, "x-ratelimit-remaining-", name),
-           parse_non_negative_int);
-    set_if(bucket->reset_after, find_header(headers, "x-ratelimit-reset-", name), parse_go_duration);
+  // OpenAI: x-ratelimit-{limit,remaining,reset}-{requests,tokens}; resets are Go durations.
+  // Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,
+  // remaining,reset}; resets are RFC 3339 times.
+  const auto rfc3339_reset = [now](std::string_view v) -> std::optional<nanoseconds> {
+    if (auto t = parse_rfc3339(v)) return until(*t, now);
+    return std::nullopt;
+  };
+  const std::array<std::pair<slot, RateLimitInfo::Bucket*>, 2> openai{{
+      {oa_limit_requests, &info.requests}, {oa_limit_tokens, &info.tokens}}};
+  for (const auto& [first, bucket] : openai) {
+    set_if(bucket->limit, h[first], parse_non_negative_int);
+    set_if(bucket->remaining, h[first + 1], parse_non_negative_int);
+    set_if(bucket->reset_after, h[first + 2], parse_go_duration);
   }
-
-  // Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,...}
-  const std::array<std::pair<std::string_view, RateLimitInfo::Bucket*>, 4> anthropic{{
-      {"requests", &info.requests},
-      {"tokens", &info.tokens},
-      {"input-tokens", &info.input_tokens},
-      {"output-tokens", &info.output_tokens},
-  }};
-  constexpr std::string_view prefix = "anthropic-ratelimit-";
-  for (const auto& [name, bucket] : anthropic) {
-    set_if(bucket->limit, find_header(headers, prefix, name, "-limit"), parse_non_negative_int);
-    set_if(bucket->remaining, find_header(headers, prefix, name, "-remaining"),
-           parse_non_negative_int);
-    set_if(bucket->reset_after, find_header(headers, prefix, name, "-reset"),
-           [now](std::string_view v) -> std::optional<nanoseconds> {
-             if (auto t = parse_rfc3339(v)) return until(*t, now);
-             return std::nullopt;
-           });
+  const std::array<std::pair<slot, RateLimitInfo::Bucket*>, 4> anthropic{{
+      {an_requests_limit, &info.requests},
+      {an_tokens_limit, &info.tokens},
+      {an_input_limit, &info.input_tokens},
+      {an_output_limit, &info.output_tokens}}};
+  for (const auto& [first, bucket] : anthropic) {
+    set_if(bucket->limit, h[first], parse_non_negative_int);
+    set_if(bucket->remaining, h[first + 1], parse_non_negative_int);
+    set_if(bucket->reset_after, h[first + 2], rfc3339_reset);
   }
 
   // retry-after-ms wins over retry-after.
-  set_if(info.retry_after, find_header(headers, "retry-after-ms"),
+  set_if(info.retry_after, h[retry_after_ms],
          [](std::string_view v) { return parse_decimal(v, 1'000'000); });
   if (!info.retry_after) {
-    set_if(info.retry_after, find_header(headers, "retry-after"),
+    set_if(info.retry_after, h[retry_after],
            [now](std::string_view v) -> std::optional<nanoseconds> {
              if (!v.empty() && (is_digit(v[0]) || v[0] == '.')) return parse_decimal(v, 1'000'000'000);
              if (auto t = parse_http_date(v)) return until(*t, now);
@@ -341,12 +364,11 @@ RateLimitInfo parse_rate_limit_headers(const Headers& headers, SysTime now) noex
            });
   }
 
-  set_if(info.should_retry, find_header(headers, "x-should-retry"),
-         [](std::string_view v) -> std::optional<bool> {
-           if (iequals(v, "true")) return true;
-           if (iequals(v, "false")) return false;
-           return std::nullopt;
-         });
+  set_if(info.should_retry, h[should_retry], [](std::string_view v) -> std::optional<bool> {
+    if (iequals(v, "true")) return true;
+    if (iequals(v, "false")) return false;
+    return std::nullopt;
+  });
   return info;
 }
 

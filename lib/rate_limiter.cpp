@@ -327,7 +327,13 @@ void RateLimiter::reconcile(Ticket ticket, RateCost estimate, RateCost actual) {
 
 void RateLimiter::observe(const Headers& headers) {
   if (headers.empty()) return;
-  const auto info = parse_rate_limit_headers(headers, std::chrono::system_clock::now());
+  observe(parse_rate_limit_headers(headers, std::chrono::system_clock::now()));
+}
+
+void RateLimiter::observe(const RateLimitInfo& info) {
+  if (!info.requests.any() && !info.tokens.any() && !info.input_tokens.any() &&
+      !info.output_tokens.any())
+    return;  // nothing about budgets (retry-after alone is the retry policy's)
   auto& s = *state_;
   detail::limiter_state::ready_list ready;
   {

@@ -735,7 +735,9 @@ class queue_impl {
     w.result = Response{};
     ++op->attempts;
     lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
-    lim.observe(resp.headers);
+    // Parsed once: the limiter adopts the server's view, the retry policy reads retry-after.
+    const auto info = parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
+    lim.observe(info);
     if (op->st != state::in_flight) co_return;  // resolved by cancel / timeout meanwhile
 
     resp.attempts = op->attempts;
@@ -746,7 +748,6 @@ class queue_impl {
     if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
         ec == errc::overloaded)
       metrics_.rate_limited(op->lane, op->client_ref);
-    const auto info = parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
     const auto d = decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01());
     if (d.pause_all) lim.pause_for(d.delay);  // one pause for every worker
     if (!d.retry) {

@@ -33,6 +33,7 @@ struct RateLimitInfo {
     std::optional<std::int64_t> limit{};
     std::optional<std::int64_t> remaining{};
     std::optional<std::chrono::nanoseconds> reset_after{};  // relative to `now`, >= 0
+    bool any() const noexcept { return limit || remaining || reset_after; }
   };
   Bucket requests{};
   Bucket tokens{};

@@ -30,6 +30,7 @@
 
 #include "laneq/detail/unique_function.hpp"
 #include "laneq/metrics.hpp"
+#include "laneq/rate_limit_headers.hpp"
 #include "laneq/request.hpp"
 
 namespace laneq {
@@ -120,6 +121,7 @@ class RateLimiter {
   // The server's view from a response's rate-limit headers: lowers what remains (a bucket at 0
   // pauses until its reset), and with adopt_server_limits takes over its limits.
   void observe(const Headers& headers);
+  void observe(const RateLimitInfo& info);  // the same, already parsed
 
   // Holds every grant for `d` from now (a 429 / 529): one pause for all waiters.
   void pause_for(std::chrono::nanoseconds d);

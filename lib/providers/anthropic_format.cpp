@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "laneq/error.hpp"
+#include "../json_text.hpp"
 #include "format_common.hpp"
 
 namespace laneq::anthropic {
@@ -60,6 +61,38 @@ std::string request_body(const Request& request, std::int32_t fallback_max_token
     throw std::invalid_argument("laneq::anthropic::request_body: Request::extra must be a JSON object or null");
   if (fallback_max_tokens < 1)
     throw std::invalid_argument("laneq::anthropic::request_body: fallback_max_tokens must be >= 1");
+  if (request.extra.empty()) {
+    // Nothing to merge: written directly, in the key order dump() gives the tree below (a call's
+    // body is on every request's path).
+    std::string out = "{\"max_tokens\":";
+    out += std::to_string(request.max_tokens > 0 ? request.max_tokens : fallback_max_tokens);
+    out += ",\"messages\":[";
+    std::string system;
+    bool has_system = false, first = true;
+    for (const Message& m : request.messages) {
+      if (m.role == "system") {  // the Messages API has no "system" role: see below
+        if (has_system) system += "\n\n";
+        system += m.content;
+        has_system = true;
+        continue;
+      }
+      out += first ? "{\"content\":" : ",{\"content\":";
+      first = false;
+      detail::append_json_string(out, m.content);
+      out += ",\"role\":";
+      detail::append_json_string(out, m.role);
+      out += '}';
+    }
+    out += "],\"model\":";
+    detail::append_json_string(out, request.model);
+    if (request.stream) out += ",\"stream\":true";
+    if (has_system) {
+      out += ",\"system\":";
+      detail::append_json_string(out, system);
+    }
+    out += '}';
+    return out;
+  }
   json body = json::object();
   body["model"] = request.model;
   body["max_tokens"] = request.max_tokens > 0 ? request.max_tokens : fallback_max_tokens;

@@ -64,7 +64,10 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
           done(e, std::move(r));
           return;
         }
-        const std::error_code e = Parse(hr.status, hr.headers, hr.body, r);
+        // Parse only copies the headers into `r`: hand it none and move ours in (a response
+        // carries a dozen or more; copying them was a good part of a call's own cost).
+        const std::error_code e = Parse(hr.status, Headers{}, hr.body, r);
+        r.headers = std::move(hr.headers);
         done(e, std::move(r));
       }));
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "laneq/error.hpp"
+#include "../json_text.hpp"
 #include "format_common.hpp"
 
 namespace laneq::openai {
@@ -57,6 +58,19 @@ std::error_code read_completion(const json& doc, const json& choices, Response& 
 std::string request_body(const Request& request) {
   if (!request.extra.is_null() && !request.extra.is_object())
     throw std::invalid_argument("laneq::openai::request_body: Request::extra must be a JSON object or null");
+  if (request.extra.empty()) {
+    // Nothing to merge: written directly, in the key order dump() gives the tree below (a call's
+    // body is on every request's path).
+    std::string out = "{";
+    if (request.max_tokens > 0) out += "\"max_tokens\":" + std::to_string(request.max_tokens) + ',';
+    out += "\"messages\":";
+    detail::append_json_messages(out, request.messages);
+    out += ",\"model\":";
+    detail::append_json_string(out, request.model);
+    if (request.stream) out += ",\"stream\":true,\"stream_options\":{\"include_usage\":true}";
+    out += '}';
+    return out;
+  }
   json body = json::object();
   body["model"] = request.model;
   json& messages = body["messages"] = json::array();

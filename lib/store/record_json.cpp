@@ -2,88 +2,18 @@
 
 #include <cstdint>
 
+#include "../json_text.hpp"
+
 namespace laneq::store {
 
 using nlohmann::json;
 
-namespace {
-
-// The length of the valid UTF-8 sequence starting at s[i] (RFC 3629), 0 if there is none.
-std::size_t utf8_length(std::string_view s, std::size_t i) noexcept {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = byte(0);
-  std::size_t n;
-  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
-  if (c >= 0xc2 && c <= 0xdf) {
-    n = 2;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    if (c == 0xe0) lo = 0xa0;  // no overlong forms
-    if (c == 0xed) hi = 0x9f;  // no surrogates
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    if (c == 0xf0) lo = 0x90;
-    if (c == 0xf4) hi = 0x8f;  // <= U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + n > s.size() || byte(1) < lo || byte(1) > hi) return 0;
-  for (std::size_t k = 2; k < n; ++k)
-    if ((byte(k) & 0xc0) != 0x80) return 0;
-  return n;
-}
-
-void append_string(std::string& out, std::string_view s) {
-  out += '"';
-  std::size_t plain = 0;  // start of the run of bytes copied as they are
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-      ++i;
-      continue;
-    }
-    if (c >= 0x80) {
-      if (const std::size_t len = utf8_length(s, i)) {  // a valid multi-byte character: kept
-        i += len;
-        continue;
-      }
-    }
-    out.append(s, plain, i - plain);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += "0123456789abcdef"[c >> 4];
-          out += "0123456789abcdef"[c & 0xf];
-        } else {
-          out += "\xef\xbf\xbd";  // U+FFFD for a byte that starts no valid sequence
-        }
-    }
-    plain = ++i;
-  }
-  out.append(s, plain, std::string_view::npos);
-  out += '"';
-}
-
-}  // namespace
-
 void append_json(std::string& out, const Request& r) {
   out += "{\"model\":";
-  append_string(out, r.model);
-  out += ",\"messages\":[";
-  for (std::size_t i = 0; i < r.messages.size(); ++i) {
-    out += i ? ",{\"role\":" : "{\"role\":";
-    append_string(out, r.messages[i].role);
-    out += ",\"content\":";
-    append_string(out, r.messages[i].content);
-    out += '}';
-  }
-  out += "],\"max_tokens\":";
+  detail::append_json_string(out, r.model);
+  out += ",\"messages\":";
+  detail::append_json_messages(out, r.messages);
+  out += ",\"max_tokens\":";
   out += std::to_string(r.max_tokens);
   out += r.stream ? ",\"stream\":true,\"extra\":" : ",\"stream\":false,\"extra\":";
   if (r.extra.is_null())

@@ -554,7 +554,7 @@ TEST_CASE("the server's lower remaining count is adopted, a higher one ignored",
   CHECK(lim.try_acquire({}) == 0);
   lim.observe({{"x-ratelimit-remaining-requests", "50"}});
   CHECK(lim.snapshot().budgets.at(0).available == 0);
-  lim.observe({});
+  lim.observe(laneq::Headers{});
   CHECK(lim.snapshot().budgets.at(0).available == 0);
 }
 

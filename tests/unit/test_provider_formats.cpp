@@ -2,6 +2,7 @@
 // error mapping), and the streaming accumulators fed through the SSE parser.
 #include <catch2/catch.hpp>
 
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -653,4 +654,36 @@ TEST_CASE("Anthropic stream: a newer message_delta with input usage updates it")
   CHECK(out.usage.input_tokens == 30 + 10 + 7);
   CHECK(out.usage.output_tokens == 9);
   CHECK(out.finish_reason == "max_tokens");
+}
+
+TEST_CASE("request bodies written directly equal the ones built as a JSON tree - any text",
+          "[formats][body]") {
+  // Without Request::extra the bodies are written directly; with it they are built as a tree
+  // and merged. A probe field forces the tree path: both must say the same.
+  std::mt19937 rng(7);
+  const std::vector<std::string> pieces = {
+      "plain", "quote \" and \\ backslash", "line\nbreak\r\ttab", std::string("nul \0 bell \a", 11),
+      "\b\f\x1f", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "bad \xff byte", "cut \xe2\x82", "", "{}[],:", "\xe0\x80 overlong",
+      "\xed\xa0\x80 surrogate", "\xc0\xaf", "\xf0\x9f\x98", "\xf4\x90\x80\x80 too high"};
+  for (int round = 0; round < 300; ++round) {
+    Request r;
+    r.model = pieces[rng() % pieces.size()];
+    const auto n = 1 + rng() % 4;
+    for (std::size_t i = 0; i < n; ++i)
+      r.messages.push_back({rng() % 3 == 0 ? "system" : (rng() % 2 ? "user" : "assistant"),
+                            pieces[rng() % pieces.size()] + pieces[rng() % pieces.size()]});
+    r.max_tokens = static_cast<std::int32_t>(rng() % 3 == 0 ? 0 : rng() % 5000);
+    r.stream = rng() % 2 == 0;
+    Request probed = r;
+    probed.extra = json{{"zz_probe", 1}};
+    const std::string direct_openai = laneq::openai::request_body(r);
+    json tree_openai = openai_body(probed);
+    tree_openai.erase("zz_probe");
+    CHECK(json::parse(direct_openai) == tree_openai);
+    CHECK(direct_openai == tree_openai.dump(-1, ' ', false, json::error_handler_t::replace));
+    const std::string direct_anthropic = laneq::anthropic::request_body(r, 77);
+    json tree_anthropic = anthropic_body(probed, 77);
+    tree_anthropic.erase("zz_probe");
+    CHECK(json::parse(direct_anthropic) == tree_anthropic);
+  }
 }
