@@ -1,5 +1,6 @@
 #include "laneq/rate_limit_headers.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstddef>
@@ -213,8 +214,11 @@ Slots collect(const Headers& headers) noexcept {
     if (k.empty() || k.size() > sizeof buf) continue;
     const char c = lower(k[0]);  // every name we read starts with a, r or x
     if (c != 'a' && c != 'r' && c != 'x') continue;
-    for (std::size_t i = 0; i < k.size(); ++i) buf[i] = lower(k[i]);
-    const std::string_view name(buf, k.size());
+    std::string_view name = k;  // servers mostly send lower case: copy only when needed
+    if (std::any_of(k.begin(), k.end(), [](char ch) { return ch >= 'A' && ch <= 'Z'; })) {
+      for (std::size_t i = 0; i < k.size(); ++i) buf[i] = lower(k[i]);
+      name = std::string_view(buf, k.size());
+    }
     for (std::size_t i = 0; i < slot_count; ++i)
       if (name == slot_names[i]) {
         if (!slots[i]) slots[i] = trim(v);  // the first of a name counts

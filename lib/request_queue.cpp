@@ -731,8 +731,7 @@ class queue_impl {
     } catch (...) {
       ec = errc::internal;
     }
-    Response resp = std::move(w.result);
-    w.result = Response{};
+    Response resp = std::move(w.result);  // w.result is assigned afresh by the next call
     ++op->attempts;
     lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
     // Parsed once: the limiter adopts the server's view, the retry policy reads retry-after.

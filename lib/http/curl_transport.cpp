@@ -316,7 +316,16 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
       self->timer_.cancel();
       return 0;
     }
-    // Never call curl from inside its own callback: the timer (even at 0) runs it next turn.
+    // Never call curl from inside its own callback: the next turn runs it. "At once" (0, what
+    // curl asks on every new transfer) is a post: arming the timer would cost the reactor a
+    // timerfd_settime syscall, twice per call. Running curl's timeout handling early is harmless.
+    if (timeout_ms == 0) {
+      self->timer_.cancel();
+      asio::post(self->strand_, [weak = self->weak_from_this()] {
+        if (auto s = weak.lock()) s->action(CURL_SOCKET_TIMEOUT, 0);
+      });
+      return 0;
+    }
     self->timer_.expires_after(std::chrono::milliseconds(timeout_ms));
     self->timer_.async_wait([weak = self->weak_from_this()](std::error_code ec) {
       if (ec) return;
