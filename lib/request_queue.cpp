@@ -130,6 +130,40 @@ std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfi
 
 }  // namespace
 
+// Items handed to the strand from any thread: only the first of a burst posts, and the strand
+// takes the whole burst in order (one strand trip per burst, not per item). Closed, it drops.
+template <class T>
+class strand_inbox {
+ public:
+  // True when this item started a burst: the caller posts one drain.
+  bool push(T item) {
+    std::lock_guard lock(mu_);
+    if (closed_) return false;
+    pending_.push_back(std::move(item));
+    return pending_.size() == 1;
+  }
+  template <class F>
+  void drain(F&& each) {  // strand only
+    {
+      std::lock_guard lock(mu_);
+      pending_.swap(running_);
+    }
+    for (auto& item : running_) each(item);
+    running_.clear();
+  }
+  void close() {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    pending_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  bool closed_ = false;     // guarded by mu_
+  std::vector<T> pending_;  // guarded by mu_
+  std::vector<T> running_;  // strand only
+};
+
 struct worker {
   int index = 0;
   bool reserved = false;
@@ -164,28 +198,14 @@ struct journal_event {
 struct journal_link : std::enable_shared_from_this<journal_link> {
   journal_link(queue_impl* queue, CallExecutor ex) : q(queue), strand(std::move(ex)) {}
   void push(journal_event e) {
-    bool first;
-    {
-      std::lock_guard lock(mu);
-      if (closed) return;
-      first = pending.empty();
-      pending.push_back(e);
-    }
-    if (first) asio::post(strand, [self = shared_from_this()] { self->drain(); });
+    if (events.push(e)) asio::post(strand, [self = shared_from_this()] { self->drain(); });
   }
   void drain();  // strand; after queue_impl
-  void close() {
-    std::lock_guard lock(mu);
-    closed = true;
-    pending.clear();
-  }
+  void close() { events.close(); }
 
   queue_impl* q;
   CallExecutor strand;
-  std::mutex mu;
-  bool closed = false;                 // guarded by mu
-  std::vector<journal_event> pending;  // guarded by mu
-  std::vector<journal_event> running;  // strand only
+  strand_inbox<journal_event> events;
 };
 
 // The handler of a durable request nobody awaits (recovered, or async_enqueue'd): its final
@@ -256,22 +276,8 @@ class queue_impl {
   // Submits from any thread land in a small intake; only the first of a burst posts to the
   // strand, which admits the whole burst in order (one strand trip per burst, not per submit).
   void post_admit(op_ptr op) {
-    bool first;
-    {
-      std::lock_guard lock(intake_mu_);
-      first = intake_.empty();
-      intake_.push_back(op);
-    }
-    if (first) asio::post(strand_, [this] { drain_intake(); });
-  }
-
-  void drain_intake() {
-    {
-      std::lock_guard lock(intake_mu_);
-      intake_.swap(admitting_);
-    }
-    for (op_ptr op : admitting_) admit(op);
-    admitting_.clear();
+    if (intake_.push(op))
+      asio::post(strand_, [this] { intake_.drain([this](op_ptr o) { admit(o); }); });
   }
 
   void post_cancel(op_ptr op) {
@@ -958,9 +964,7 @@ class queue_impl {
 
   QueueConfig cfg_;
   CallExecutor strand_;
-  std::mutex intake_mu_;
-  std::vector<op_ptr> intake_;     // guarded by intake_mu_
-  std::vector<op_ptr> admitting_;  // strand only
+  strand_inbox<op_ptr> intake_;
   Provider& provider_;
   Scheduler sched_;
   Metrics metrics_;
@@ -998,12 +1002,7 @@ class queue_impl {
 };
 
 void journal_link::drain() {
-  {
-    std::lock_guard lock(mu);
-    pending.swap(running);
-  }
-  for (const auto& e : running) q->on_journal_event(e);
-  running.clear();
+  events.drain([this](const journal_event& e) { q->on_journal_event(e); });
 }
 
 void durable_result_handler::operator()(std::error_code ec, Response r) {

@@ -220,7 +220,8 @@ class BatchRun {
   }
 
   void count_lines() {
-    for (const auto& l : default_lanes()) lanes_.push_back({.name = l.name});
+    for (const auto& l : default_lanes())
+      lanes_.push_back({.name = l.name, .priority = static_cast<int>(l.priority)});
     state_.total = items_.size();
     for (std::size_t i = 0; i < items_.size(); ++i) {
       if (const auto* bad = std::get_if<BadLine>(&items_[i])) {
@@ -244,9 +245,8 @@ class BatchRun {
   }
 
   std::size_t lane_of(int priority) const {
-    const auto lanes = default_lanes();
-    for (std::size_t i = 0; i < lanes.size(); ++i)
-      if (static_cast<int>(lanes[i].priority) == priority) return i;
+    for (std::size_t i = 0; i < lanes_.size(); ++i)
+      if (lanes_[i].priority == priority) return i;
     return 0;  // parse_batch_line only accepts configured lanes
   }
 
@@ -419,6 +419,7 @@ class BatchRun {
 
   struct LaneCount {
     std::string name;
+    int priority = 0;
     std::size_t total = 0, done = 0, ok = 0, failed = 0, earlier = 0;
   };
 
