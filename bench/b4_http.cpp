@@ -3,6 +3,11 @@
 //                       no limits, 64 in flight: req/s through the whole queue path (submit ->
 //                       OpenAIProvider -> CurlTransport -> JSON -> resume) beside the transport
 //                       alone (the same requests with async_http, no queue), and their ratio.
+//                       Both loops have the same shape: 64 callers, each starting its next call
+//                       when the last one ended. preload_*: all requests submitted up front
+//                       instead (the queue holds them; its 64 workers drain it).
+//                       B4_PATH=queue|preload|transport runs one path alone (for a profiler),
+//                       B4_VERBOSE=1 prints each round.
 //   b4_http concurrency 1,000 calls in flight at once (1,000 workers; the mock, a separate
 //                       process, holds each answer 2 s): peak RSS of this process, so the
 //                       figure is laneq's and curl's alone, and what the server saw at once.
@@ -53,22 +58,30 @@ double transport_alone(const std::string& base, int n) {
   return done / std::chrono::duration<double>(steady::now() - t0).count();
 }
 
-double queue_path(const std::string& base, int n) {
+// preload = false: 64 callers, each submitting its next request when the last one resolved (the
+// transport-alone loop's shape: 64 in flight, nothing queued). preload = true: all n submitted up
+// front, so the queue holds them and its 64 workers drain it.
+double queue_path(const std::string& base, int n, bool preload = false) {
   asio::io_context io;
   laneq::CurlTransport transport(io.get_executor());
   laneq::OpenAIProvider provider(transport, {.api_key = "sk-bench", .base_url = base});
   laneq::RequestQueue queue(io.get_executor(), provider,
                             {.workers = in_flight, .max_pending = static_cast<std::size_t>(n)});
   queue.start();
-  int done = 0;
-  const auto t0 = steady::now();
-  for (int i = 0; i < n; ++i)
+  int submitted = 0, done = 0;
+  std::function<void()> next = [&] {
+    if (submitted == n) return;
+    ++submitted;
     queue.async_submit(laneq::Request{.model = "bench", .messages = {{"user", "hello"}},
                                       .max_tokens = 16},
                        {}, [&](std::error_code ec, laneq::Response) {
                          if (ec) std::fprintf(stderr, "queue failure: %s\n", ec.message().c_str());
                          if (++done == n) queue.async_shutdown({}, [](std::error_code) {});
+                         if (!preload) next();
                        });
+  };
+  const auto t0 = steady::now();
+  for (int i = 0; i < (preload ? n : in_flight); ++i) next();
   io.run();
   return done / std::chrono::duration<double>(steady::now() - t0).count();
 }
@@ -128,15 +141,28 @@ int main(int argc, char** argv) {
   }
   const int n = std::getenv("B4_N") ? std::atoi(std::getenv("B4_N")) : 20000;
   laneq::mock::MockServerThread mock;
+  if (const char* only = std::getenv("B4_PATH")) {
+    const std::string path = only;
+    const double rate = path == "transport" ? transport_alone(mock.base_url(), n)
+                                            : queue_path(mock.base_url(), n, path == "preload");
+    std::printf("{\"bench\":\"B4\",\"mode\":\"%s\",\"n\":%d,\"req_per_s\":%.0f}\n",
+                path.c_str(), n, rate);
+    return 0;
+  }
   // Rounds alternate the two paths, so a burst of noise on this machine hits both alike; the
   // figures are medians over the rounds, the ratio the median of the per-round ratios.
   constexpr int rounds = 5;
   transport_alone(mock.base_url(), 500);  // warm-up
-  std::vector<double> t, q, r;
+  std::vector<double> t, q, p, r, rp;
   for (int i = 0; i < rounds; ++i) {
     t.push_back(transport_alone(mock.base_url(), n / rounds));
     q.push_back(queue_path(mock.base_url(), n / rounds));
+    p.push_back(queue_path(mock.base_url(), n / rounds, true));
     r.push_back(q.back() / t.back());
+    rp.push_back(p.back() / t.back());
+    if (std::getenv("B4_VERBOSE"))
+      std::fprintf(stderr, "round %d: transport %.0f queue %.0f preload %.0f req/s\n", i, t.back(),
+                   q.back(), p.back());
   }
   const auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -144,6 +170,7 @@ int main(int argc, char** argv) {
   };
   std::printf(
       "{\"bench\":\"B4\",\"mode\":\"ratio\",\"n\":%d,\"rounds\":%d,\"in_flight\":%d,"
-      "\"queue_req_per_s\":%.0f,\"transport_req_per_s\":%.0f,\"ratio\":%.3f,\"peak_rss_mb\":%.1f}\n",
-      n, rounds, in_flight, median(q), median(t), median(r), peak_rss_mb());
+      "\"queue_req_per_s\":%.0f,\"transport_req_per_s\":%.0f,\"ratio\":%.3f,"
+      "\"preload_req_per_s\":%.0f,\"preload_ratio\":%.3f,\"peak_rss_mb\":%.1f}\n",
+      n, rounds, in_flight, median(q), median(t), median(r), median(p), median(rp), peak_rss_mb());
 }

@@ -207,8 +207,27 @@ constexpr std::array<std::string_view, slot_count> slot_names = {
 
 using Slots = std::array<std::optional<std::string_view>, slot_count>;
 
-Slots collect(const Headers& headers) noexcept {
-  Slots slots;
+// A lower-case name's slot, or slot_count. The prefix picks the family first, so the other
+// headers of a response (most of them) cost a prefix check, not a compare with every name.
+std::size_t find_slot(std::string_view name) noexcept {
+  constexpr std::string_view openai = "x-ratelimit-", anthropic = "anthropic-ratelimit-";
+  std::size_t first = retry_after_ms, last = slot_count;
+  if (name.starts_with(openai)) {
+    first = oa_limit_requests;
+    last = an_requests_limit;
+  } else if (name.starts_with(anthropic)) {
+    first = an_requests_limit;
+    last = retry_after_ms;
+  }
+  for (std::size_t i = first; i < last; ++i)
+    if (name == slot_names[i]) return i;
+  return slot_count;
+}
+
+// Fills `slots`; false when no header of interest is there (most answers of a simulated or
+// unlimited server), so the parse can stop at once.
+bool collect(const Headers& headers, Slots& slots) noexcept {
+  bool any = false;
   char buf[48];  // the longest name we read has 43 characters
   for (const auto& [k, v] : headers) {
     if (k.empty() || k.size() > sizeof buf) continue;
@@ -219,13 +238,13 @@ Slots collect(const Headers& headers) noexcept {
       for (std::size_t i = 0; i < k.size(); ++i) buf[i] = lower(k[i]);
       name = std::string_view(buf, k.size());
     }
-    for (std::size_t i = 0; i < slot_count; ++i)
-      if (name == slot_names[i]) {
-        if (!slots[i]) slots[i] = trim(v);  // the first of a name counts
-        break;
-      }
+    const std::size_t i = find_slot(name);
+    if (i < slot_count && !slots[i]) {
+      slots[i] = trim(v);  // the first of a name counts
+      any = true;
+    }
   }
-  return slots;
+  return any;
 }
 
 template <class T, class F>
@@ -329,7 +348,8 @@ std::optional<SysTime> parse_http_date(std::string_view s) noexcept {
 
 RateLimitInfo parse_rate_limit_headers(const Headers& headers, SysTime now) noexcept {
   RateLimitInfo info;
-  const Slots h = collect(headers);
+  Slots h;
+  if (!collect(headers, h)) return info;
 
   // OpenAI: x-ratelimit-{limit,remaining,reset}-{requests,tokens}; resets are Go durations.
   // Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,

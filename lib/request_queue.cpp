@@ -725,7 +725,7 @@ class queue_impl {
           [this, &w, op](auto handler) {
             provider_.async_call(
                 op->request, CallContext{strand_, w.signal.slot(), op->deadline},
-                CallCompletion([h = std::move(handler), &w](std::error_code e, Response r) mutable {
+                CallCompletion([h = std::move(handler), &w](std::error_code e, Response&& r) mutable {
                   // The worker is suspended on exactly this completion: nobody else touches
                   // w.result until the dispatch below resumes it on the strand.
                   w.result = std::move(r);
@@ -737,7 +737,7 @@ class queue_impl {
     } catch (...) {
       ec = errc::internal;
     }
-    Response resp = std::move(w.result);  // w.result is assigned afresh by the next call
+    Response& resp = w.result;  // moved on from here; the next call assigns it afresh
     ++op->attempts;
     lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
     // Parsed once: the limiter adopts the server's view, the retry policy reads retry-after.

@@ -139,20 +139,22 @@ class submit_op final : public submit_op_base {
     }
   };
 
-  // Posted to the handler's executor; owns nothing, the op stays alive through its reference.
+  // Posted to the handler's executor; the op stays alive through its reference. The Response
+  // rides on the heap: Asio moves a posted function several times, and a Response move costs
+  // more than the allocation.
   struct invoker {
     submit_op* op;
     std::error_code ec;
-    Response response;
+    std::unique_ptr<Response> response;
     using allocator_type = asio::associated_allocator_t<Handler>;
     allocator_type get_allocator() const noexcept {
       return asio::get_associated_allocator(op->handler_);
     }
-    void operator()() { op->invoke(ec, std::move(response)); }
+    void operator()() { op->invoke(ec, std::move(*response)); }
   };
 
   void post_completion(std::error_code ec, Response&& r) override {
-    asio::post(work_.get_executor(), invoker{this, ec, std::move(r)});
+    asio::post(work_.get_executor(), invoker{this, ec, std::make_unique<Response>(std::move(r))});
   }
 
   void invoke(std::error_code ec, Response&& r) {

@@ -13,7 +13,7 @@ class unique_function;
 
 template <class R, class... Args>
 class unique_function<R(Args...)> {
-  static constexpr std::size_t inline_size = 3 * sizeof(void*);
+  static constexpr std::size_t inline_size = 6 * sizeof(void*);
 
   struct vtable {
     R (*call)(void*, Args&&...);
