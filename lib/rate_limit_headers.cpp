@@ -207,22 +207,53 @@ constexpr std::array<std::string_view, slot_count> slot_names = {
 
 using Slots = std::array<std::optional<std::string_view>, slot_count>;
 
-// A lower-case name's slot, or slot_count. The prefix picks the family first, so the other
-// headers of a response (most of them) cost a prefix check, not a compare with every name.
-std::size_t find_slot(std::string_view name) noexcept {
+// limit -> 0, remaining -> 1, reset -> 2, anything else -> 3: a slot's offset in its bucket.
+constexpr std::size_t kind_of(std::string_view k) noexcept {
+  return k == "limit" ? 0 : k == "remaining" ? 1 : k == "reset" ? 2 : 3;
+}
+
+// A lower-case name's slot, or slot_count: read off the name's parts rather than compared with
+// every name (a response carries six or more of them on every call).
+constexpr std::size_t find_slot(std::string_view name) noexcept {
   constexpr std::string_view openai = "x-ratelimit-", anthropic = "anthropic-ratelimit-";
-  std::size_t first = retry_after_ms, last = slot_count;
-  if (name.starts_with(openai)) {
-    first = oa_limit_requests;
-    last = an_requests_limit;
-  } else if (name.starts_with(anthropic)) {
-    first = an_requests_limit;
-    last = retry_after_ms;
+  if (name.starts_with(openai)) {  // x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+    const auto rest = name.substr(openai.size());
+    const auto dash = rest.find('-');
+    if (dash == std::string_view::npos) return slot_count;
+    const std::size_t kind = kind_of(rest.substr(0, dash));
+    const auto what = rest.substr(dash + 1);
+    const std::size_t base = what == "requests" ? oa_limit_requests
+                             : what == "tokens" ? oa_limit_tokens
+                                                : slot_count;
+    return kind < 3 && base < slot_count ? base + kind : slot_count;
   }
-  for (std::size_t i = first; i < last; ++i)
+  if (name.starts_with(anthropic)) {
+    // anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
+    const auto rest = name.substr(anthropic.size());
+    const auto dash = rest.rfind('-');
+    if (dash == std::string_view::npos) return slot_count;
+    const std::size_t kind = kind_of(rest.substr(dash + 1));
+    const auto what = rest.substr(0, dash);
+    const std::size_t family = what == "requests"        ? 0
+                               : what == "tokens"        ? 1
+                               : what == "input-tokens"  ? 2
+                               : what == "output-tokens" ? 3
+                                                         : 4;
+    return kind < 3 && family < 4 ? an_requests_limit + 3 * family + kind : slot_count;
+  }
+  for (std::size_t i = retry_after_ms; i < slot_count; ++i)
     if (name == slot_names[i]) return i;
   return slot_count;
 }
+
+constexpr bool every_name_finds_its_slot() {
+  for (std::size_t i = 0; i < slot_count; ++i)
+    if (find_slot(slot_names[i]) != i) return false;
+  return find_slot("x-ratelimit-limit-other") == slot_count &&
+         find_slot("anthropic-ratelimit-tokens-used") == slot_count &&
+         find_slot("x-ratelimit-") == slot_count && find_slot("anthropic-ratelimit-") == slot_count;
+}
+static_assert(every_name_finds_its_slot());
 
 // Fills `slots`; false when no header of interest is there (most answers of a simulated or
 // unlimited server), so the parse can stop at once.
