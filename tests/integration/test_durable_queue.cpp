@@ -28,6 +28,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include "laneq/laneq.hpp"
+#include "support/journal_wait.hpp"
 #include "support/recording_provider.hpp"
 #include "support/run.hpp"
 #include "support/temp_dir.hpp"
@@ -42,6 +43,9 @@ using laneq::JournalRecord;
 using laneq::JournalState;
 using laneq::Priority;
 using laneq::test::chat;
+using laneq::test::ids_of;
+using laneq::test::list_wait;
+using laneq::test::lookup_wait;
 using laneq::test::RecordingProvider;
 using laneq::test::run;
 using laneq::test::TempDir;
@@ -159,31 +163,6 @@ void run_until(asio::io_context& io, const std::function<bool()>& done) {
   }
 }
 
-// Every row of a journal, in row order (waits for the journal's writer thread).
-std::vector<JournalRecord> rows(Journal& journal) {
-  std::promise<std::vector<JournalRecord>> p;
-  journal.list({}, [&p](std::error_code ec, std::vector<JournalRecord> r) {
-    if (ec) r.clear();
-    p.set_value(std::move(r));
-  });
-  return p.get_future().get();
-}
-
-std::vector<std::string> ids_of(const std::vector<JournalRecord>& rs) {
-  std::vector<std::string> out;
-  for (const auto& r : rs) out.push_back(r.id);
-  return out;
-}
-
-// The journal's row of `id`, if any (waits for its writer thread).
-std::optional<JournalRecord> row(Journal& journal, const std::string& id) {
-  std::promise<std::optional<JournalRecord>> p;
-  journal.lookup(id, [&p](std::error_code ec, std::optional<JournalRecord> r) {
-    p.set_value(ec ? std::nullopt : std::move(r));
-  });
-  return p.get_future().get();
-}
-
 // One run of a program on a journal: an io_context, a RecordingProvider and a queue whose
 // on_durable_result goes to `reports`.
 struct DurableRun {
@@ -195,7 +174,9 @@ struct DurableRun {
     queue.start();
     run(io, [&]() -> asio::awaitable<void> { co_await queue.shutdown({.drain = true}); });
   }
-  std::optional<JournalRecord> row(const std::string& id) { return ::row(*queue.journal(), id); }
+  std::optional<JournalRecord> row(const std::string& id) {
+    return lookup_wait(*queue.journal(), id);
+  }
 
   Reports reports;
   asio::io_context io;
@@ -225,7 +206,7 @@ void leave_pending(const std::string& path, const std::vector<std::string>& pend
   });
   CHECK(first.provider.seen().empty());
   CHECK(first.reports.size() == 0);  // dropped by a shutdown: reported when it runs, next time
-  const auto left = rows(*first.queue.journal());
+  const auto left = list_wait(*first.queue.journal());
   CHECK(ids_of(left) == pending);
   for (const auto& rec : left) CHECK(rec.state == JournalState::pending);
 }
@@ -436,7 +417,7 @@ TEST_CASE("pending rows of a run that never started run in the next one - critic
   auto journal = Journal::open({.path = path});
   CHECK(journal->stats().recovered_pending == order.size());
   CHECK(journal->stats().recovered_in_flight == 0);
-  CHECK(ids_of(rows(*journal)) == order);
+  CHECK(ids_of(list_wait(*journal)) == order);
 
   DurableRun next({.workers = 1, .journal_store = journal});
   CHECK(next.queue.journal() == journal);
@@ -522,7 +503,7 @@ TEST_CASE("rows in flight when their run ended mid-call run again in the next on
   auto journal = Journal::open({.path = path});
   CHECK(journal->stats().recovered_in_flight == 2);
   CHECK(journal->stats().recovered_pending == 1);
-  const auto left = rows(*journal);
+  const auto left = list_wait(*journal);
   REQUIRE(ids_of(left) == ids{"f1", "f2", "q1"});
   for (const auto& rec : left) {
     CHECK(rec.state == JournalState::pending);  // in flight with no owner: pending again
@@ -592,7 +573,7 @@ TEST_CASE("an acknowledged durable request is never failed by the per-client lim
       auto [ec3, id3] = co_await queue.async_enqueue(request("a3"), of_a, tuple_awaitable);
       acks.push_back(ec3);
       // Both still queued: nothing failed them (a failure's commit is queued before a2's ack).
-      const auto queued = rows(*queue.journal());
+      const auto queued = list_wait(*queue.journal());
       CHECK(ids_of(queued) == ids{"a1", "a2"});
       for (const auto& rec : queued) CHECK(rec.state == JournalState::pending);
       co_await queue.shutdown();  // before start(): released, pending for the next run
@@ -647,7 +628,7 @@ TEST_CASE("shutdown without drain leaves queued durable requests pending - their
     CHECK(callers == std::map<std::string, std::error_code>{
                          {"s1", {}}, {"s2", errc::shutting_down}, {"s3", errc::shutting_down}});
     CHECK(reports.size() == 0);  // e1 runs next time: no report now
-    const auto left = rows(*queue.journal());
+    const auto left = list_wait(*queue.journal());
     REQUIRE(ids_of(left) == ids{"s1", "s2", "s3", "e1"});
     CHECK(left[0].state == JournalState::succeeded);
     for (std::size_t i = 1; i < left.size(); ++i) {
@@ -660,7 +641,7 @@ TEST_CASE("shutdown without drain leaves queued durable requests pending - their
   CHECK(next.provider.seen() == ids{"s2", "s3", "e1"});
   CHECK(next.reports.size() == 3);
   for (const char* id : {"s2", "s3", "e1"}) CHECK_FALSE(next.reports.only(id).ec);
-  for (const auto& rec : rows(*next.queue.journal())) CHECK(rec.state == JournalState::succeeded);
+  for (const auto& rec : list_wait(*next.queue.journal())) CHECK(rec.state == JournalState::succeeded);
 }
 
 TEST_CASE("shutdown with drain completes only after every durable outcome is committed and "
@@ -701,7 +682,7 @@ TEST_CASE("shutdown with drain completes only after every durable outcome is com
   CHECK(at_shutdown->write_errors == 0);
   CHECK(reported_at_shutdown == n);
   CHECK(callers_at_shutdown == n);
-  const auto all = rows(*queue.journal());
+  const auto all = list_wait(*queue.journal());
   CHECK(all.size() == 2 * n);
   for (const auto& rec : all) CHECK(rec.state == JournalState::succeeded);
   CHECK(provider.calls() == 2 * n);
@@ -832,7 +813,7 @@ TEST_CASE("4000 durable submits from 4 threads on a 4-thread io_context each com
   int once = 0;
   for (const auto& c : completions) once += c.load() == 1 ? 1 : 0;
   CHECK(once == n);
-  const auto all = rows(*queue.journal());
+  const auto all = list_wait(*queue.journal());
   CHECK(all.size() == static_cast<std::size_t>(n));
   std::size_t succeeded = 0;
   for (const auto& rec : all) succeeded += rec.state == JournalState::succeeded ? 1 : 0;

@@ -31,6 +31,7 @@
 #include "laneq/laneq.hpp"
 #include "store/record_json.hpp"
 #include "store/schema.hpp"
+#include "support/journal_wait.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace std::chrono_literals;
@@ -38,6 +39,9 @@ using laneq::errc;
 using laneq::Journal;
 using laneq::JournalRecord;
 using laneq::JournalState;
+using laneq::test::ids_of;
+using laneq::test::list_wait;
+using laneq::test::lookup_wait;
 using laneq::test::TempDir;
 using sys_clock = std::chrono::system_clock;
 namespace fs = std::filesystem;
@@ -149,30 +153,6 @@ std::error_code finish_wait(Journal& j, std::int64_t row, JournalState state,
   j.finish(row, state, attempts, error, std::move(message), resp,
            [&p](std::error_code ec) { p.set_value(ec); });
   return p.get_future().get();
-}
-
-std::optional<JournalRecord> lookup_wait(Journal& j, std::string id) {
-  std::promise<std::optional<JournalRecord>> p;
-  j.lookup(std::move(id), [&p](std::error_code ec, std::optional<JournalRecord> r) {
-    CHECK_FALSE(ec);
-    p.set_value(std::move(r));
-  });
-  return p.get_future().get();
-}
-
-std::vector<JournalRecord> list_wait(Journal& j, laneq::JournalListOptions what = {}) {
-  std::promise<std::vector<JournalRecord>> p;
-  j.list(what, [&p](std::error_code ec, std::vector<JournalRecord> r) {
-    CHECK_FALSE(ec);
-    p.set_value(std::move(r));
-  });
-  return p.get_future().get();
-}
-
-std::vector<std::string> ids_of(const std::vector<JournalRecord>& rs) {
-  std::vector<std::string> ids;
-  for (const auto& r : rs) ids.push_back(r.id);
-  return ids;
 }
 
 // The message of the std::system_error(errc::journal) that opening `path` throws.
