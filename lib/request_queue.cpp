@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -211,12 +212,12 @@ struct journal_link : std::enable_shared_from_this<journal_link> {
 // The handler of a durable request nobody awaits (recovered, or async_enqueue'd): its final
 // outcome goes to QueueConfig::on_durable_result.
 struct durable_result_handler {
-  queue_impl* q;
+  std::shared_ptr<queue_impl> q;  // it may run after the RequestQueue was destroyed
   std::string id;
   void operator()(std::error_code ec, Response r);  // after queue_impl
 };
 
-class queue_impl {
+class queue_impl : public std::enable_shared_from_this<queue_impl> {
  public:
   queue_impl(asio::any_io_executor ex, Provider& provider, QueueConfig cfg)
       : cfg_((validate(cfg), std::move(cfg))),
@@ -234,20 +235,57 @@ class queue_impl {
     for (const LaneConfig* l : lanes_by_rank(sched_, cfg_)) lane_when_full_.push_back(l->when_full);
     journal_ = cfg_.journal_store ? cfg_.journal_store
                                   : (cfg_.journal.path.empty() ? nullptr : Journal::open(cfg_.journal));
-    if (journal_) {
-      link_ = std::make_shared<journal_link>(this, strand_);
-      // On the strand like all state changes (threads may already run the io_context), and
-      // before any submit made after construction, which queues behind it.
-      asio::post(strand_, [this] { recover(); });
-    }
+    if (journal_) link_ = std::make_shared<journal_link>(this, strand_);
   }
 
-  ~queue_impl() {
-    // Parked workers hold their coroutine frames through these handlers; dropping them destroys
-    // the frames. Requests still queued are dropped without completion (the loop is gone).
-    for (auto& w : workers_) w->parked.reset();
-    if (link_) link_->close();  // the journal's late completions find no queue
-    journal_.reset();           // if it was ours alone: commits what is queued, then closes
+  // After construction (handlers hold the impl by shared_ptr).
+  void post_recover() {
+    // On the strand like all state changes (threads may already run the io_context), and
+    // before any submit made after construction, which queues behind it.
+    if (journal_) asio::post(strand_, [self = shared_from_this()] { self->recover(); });
+  }
+
+  // The RequestQueue is being destroyed while no thread runs the io_context (its documented
+  // contract), so the strand's state is ours. A shutdown without drain that cannot wait: every
+  // request still held completes with shutting_down (handlers posted as usual), in-flight calls
+  // are aborted and parked workers end. What is left - the aborted calls' completions, posted
+  // handlers - holds this impl by shared_ptr and finishes on the next run(), or is destroyed with
+  // the io_context. Nothing a caller submitted is dropped uncalled while the context lives on.
+  void abandon() {
+    stopping_ = true;
+    drain_ = false;
+    intake_.drain([this](op_ptr o) { admit(o); });  // rejected: stopping_
+    intake_.close();
+    fail_unstarted();
+    for (auto& w : workers_) {
+      if (w->current && w->current->st == state::in_flight) {
+        finish(w->current, errc::shutting_down, Metrics::Outcome::cancelled,
+               Metrics::From::in_flight);
+        w->signal.emit(asio::cancellation_type::terminal);
+      }
+      // The provider heard the cancel; its slot handler must not keep its call state alive
+      // (which holds the worker's frame, which holds this impl) if the context never runs again.
+      w->signal.slot().clear();
+      if (w->parked) {  // its frame (and its reference to this impl) goes now
+        w->parked.reset();
+        --workers_alive_;
+      }
+    }
+    idle_any_.clear();
+    idle_reserved_.clear();
+    if (journal_) {
+      // Rows being committed and outcomes being committed come back through link_: let the
+      // writer get through them (its own thread), then resolve their requests here.
+      std::promise<void> flushed;
+      journal_->flush([&flushed](std::error_code) { flushed.set_value(); });
+      flushed.get_future().wait();
+      link_->drain();
+      link_->close();  // later completions find no queue
+      journal_.reset();  // if it was ours alone: commits the releases, then closes the file
+    }
+    timer_.cancel();
+    timer_expiry_ = never;
+    if (!stopped_) notify_shutdown();  // a shutdown() in progress completes too
   }
 
   const std::shared_ptr<Journal>& journal() const noexcept { return journal_; }
@@ -277,72 +315,42 @@ class queue_impl {
   // strand, which admits the whole burst in order (one strand trip per burst, not per submit).
   void post_admit(op_ptr op) {
     if (intake_.push(op))
-      asio::post(strand_, [this] { intake_.drain([this](op_ptr o) { admit(o); }); });
+      asio::post(strand_, [self = shared_from_this()] {
+        self->intake_.drain([q = self.get()](op_ptr o) { q->admit(o); });
+      });
   }
 
   void post_cancel(op_ptr op) {
     op->add_ref();
-    asio::post(strand_, [this, op] {
-      cancel(op);
-      op->release();
+    asio::post(strand_, [self = shared_from_this(), op = submit_op_base::ref<>(op)] {
+      self->cancel(op.get());
     });
   }
 
   void start() {
-    asio::post(strand_, [this] {
-      if (started_ || stopping_) return;
-      started_ = true;
-      for (std::size_t i = 0; i < cfg_.workers; ++i) {
+    asio::post(strand_, [self = shared_from_this()] {
+      if (self->started_ || self->stopping_) return;
+      self->started_ = true;
+      for (std::size_t i = 0; i < self->cfg_.workers; ++i) {
         auto w = std::make_unique<worker>();
         w->index = static_cast<int>(i);
-        w->reserved = i < cfg_.reserved_workers;
-        ++workers_alive_;
-        asio::co_spawn(strand_, run_worker(*w), asio::detached);
-        workers_.push_back(std::move(w));
+        w->reserved = i < self->cfg_.reserved_workers;
+        ++self->workers_alive_;
+        asio::co_spawn(self->strand_, self->run_worker(*w, self), asio::detached);
+        self->workers_.push_back(std::move(w));
       }
     });
   }
 
   void start_shutdown(ShutdownOptions opts, unique_function<void(std::error_code)> done) {
-    asio::post(strand_, [this, opts, done = std::move(done)]() mutable {
-      if (stopped_) {
-        done(std::error_code{});
-        return;
-      }
-      stopping_ = true;
-      if (!opts.drain) drain_ = false;
-      shutdown_waiters_.push_back(std::move(done));
-      // Submits already waiting for room were made before shutdown: drain keeps them too.
-      if (!drain_ || !started_) {
-        while (!retry_waits_.empty()) {
-          op_ptr op = retry_waits_.begin()->second;
-          retry_waits_.erase(retry_waits_.begin());
-          finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
-        }
-        while (wait_head_) {
-          op_ptr op = wait_head_;
-          unlink_waiting(op);
-          finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::waiting);
-        }
-        while (auto item = sched_.pop(steady::now())) {
-          auto* op = reinterpret_cast<op_ptr>(item->payload);
-          finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::queued);
-        }
-        // Waiting on the rate limiter is still waiting: nothing was sent, so it fails too.
-        for (auto& w : workers_) {
-          if (!w->acquiring || w->current->st != state::in_flight) continue;
-          finish(w->current, errc::shutting_down, Metrics::Outcome::cancelled,
-                 Metrics::From::in_flight);
-          w->signal.emit(asio::cancellation_type::terminal);
-        }
-      }
-      check_shutdown();
+    asio::post(strand_, [self = shared_from_this(), opts, done = std::move(done)]() mutable {
+      self->begin_shutdown(opts, std::move(done));
     });
   }
 
   void set_client_weight(std::string client, std::uint32_t weight) {
-    asio::post(strand_, [this, client = std::move(client), weight] {
-      sched_.set_client_weight(client, weight);
+    asio::post(strand_, [self = shared_from_this(), client = std::move(client), weight] {
+      self->sched_.set_client_weight(client, weight);
     });
   }
 
@@ -537,7 +545,7 @@ class queue_impl {
       } catch (const std::length_error&) {  // not from this laneq: the default client
       }
       rec.request.id = rec.id;
-      auto* op = new submit_op<durable_result_handler>(durable_result_handler{this, rec.id},
+      auto* op = new submit_op<durable_result_handler>(durable_result_handler{shared_from_this(), rec.id},
                                                        std::move(rec.request), opts, executor_);
       op->durable = std::make_unique<durable_state>();
       op->durable->row = rec.row;
@@ -665,7 +673,8 @@ class queue_impl {
         on_strand);
   }
 
-  strand_awaitable<void> run_worker(worker& w) {
+  // `self`: the frame keeps the impl alive (a call in flight outlives a destroyed RequestQueue).
+  strand_awaitable<void> run_worker(worker& w, [[maybe_unused]] std::shared_ptr<queue_impl> self) {
     for (;;) {
       const auto now = steady::now();
       op_ptr op = take_from(w.reserved ? sched_.pop_reserved(now) : sched_.pop(now), now);
@@ -680,6 +689,9 @@ class queue_impl {
   }
 
   strand_awaitable<void> call(worker& w, op_ptr op) {
+    // The worker's reference (take_from): dropped here, or with the frame if the io_context is
+    // destroyed while the call is suspended.
+    submit_op_base::ref<> hold(op);
     if (op->st == state::in_flight) {
       w.current = op;  // from here, cancel and deadline reach this worker (w.signal)
       RateLimiter& lim = limiter_for(op->request.model);
@@ -706,7 +718,7 @@ class queue_impl {
       w.current = nullptr;
     }
     --in_flight_;
-    op->release();
+    hold.reset();
     check_shutdown();
     maybe_idle();
   }
@@ -885,8 +897,8 @@ class queue_impl {
     if (t >= timer_expiry_) return;
     timer_expiry_ = t;
     timer_.expires_at(t);
-    timer_.async_wait([this](std::error_code ec) {
-      if (ec != asio::error::operation_aborted) on_timer();
+    timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (ec != asio::error::operation_aborted) self->on_timer();
     });
   }
 
@@ -935,6 +947,44 @@ class queue_impl {
   }
 
   // --- shutdown (strand) ---
+
+  void begin_shutdown(ShutdownOptions opts, unique_function<void(std::error_code)> done) {
+    if (stopped_) {
+      done(std::error_code{});
+      return;
+    }
+    stopping_ = true;
+    if (!opts.drain) drain_ = false;
+    shutdown_waiters_.push_back(std::move(done));
+    // Submits already waiting for room were made before shutdown: drain keeps them too.
+    if (!drain_ || !started_) fail_unstarted();
+    check_shutdown();
+  }
+
+  // Everything not yet sent fails with shutting_down: back-offs, waiters, queued requests and
+  // those waiting on the rate limiter (nothing was sent for them either).
+  void fail_unstarted() {
+    while (!retry_waits_.empty()) {
+      op_ptr op = retry_waits_.begin()->second;
+      retry_waits_.erase(retry_waits_.begin());
+      finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
+    }
+    while (wait_head_) {
+      op_ptr op = wait_head_;
+      unlink_waiting(op);
+      finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::waiting);
+    }
+    while (auto item = sched_.pop(steady::now())) {
+      auto* op = reinterpret_cast<op_ptr>(item->payload);
+      finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::queued);
+    }
+    for (auto& w : workers_) {
+      if (!w->acquiring || w->current->st != state::in_flight) continue;
+      finish(w->current, errc::shutting_down, Metrics::Outcome::cancelled,
+             Metrics::From::in_flight);
+      w->signal.emit(asio::cancellation_type::terminal);
+    }
+  }
 
   void check_shutdown() {
     if (!stopping_ || stop_workers_) return;
@@ -1023,9 +1073,11 @@ void queue_cancel(queue_impl* q, submit_op_base* op) { q->post_cancel(op); }
 
 RequestQueue::RequestQueue(executor_type ex, Provider& provider, QueueConfig config)
     : executor_(ex),
-      impl_(std::make_unique<detail::queue_impl>(ex, provider, std::move(config))) {}
+      impl_(std::make_shared<detail::queue_impl>(ex, provider, std::move(config))) {
+  impl_->post_recover();
+}
 
-RequestQueue::~RequestQueue() = default;
+RequestQueue::~RequestQueue() { impl_->abandon(); }
 
 void RequestQueue::start() { impl_->start(); }
 
@@ -1052,7 +1104,7 @@ void RequestQueue::enqueue_durable(Request request, SubmitOptions options,
   if (request.id.empty()) request.id = detail::make_request_id();
   std::string id = request.id;
   auto* op = new detail::submit_op<detail::durable_result_handler>(
-      detail::durable_result_handler{impl_.get(), std::move(id)}, std::move(request), options,
+      detail::durable_result_handler{impl_, std::move(id)}, std::move(request), options,
       executor_);
   op->durable = std::make_unique<detail::durable_state>();
   op->durable->ack = std::move(ack);

@@ -7,8 +7,12 @@
 //   queue.start();
 //   laneq::Response r = co_await queue.submit(req, {.priority = laneq::Priority::critical});
 //
-// Lifetime: the queue must outlive every operation it started; destroy it after its io_context
-// stopped running (or after shutdown() completed). The Provider must outlive the queue.
+// Lifetime: destroy the queue when no thread runs its io_context (after run() returned, or from
+// a handler of a one-thread loop); shutdown() first is the orderly way. Destroying it is a
+// shutdown without drain that cannot wait: every request it still holds completes with
+// shutting_down (handlers posted as usual) and in-flight calls are aborted; what they leave
+// finishes on the next run() or goes with the io_context. The Provider must outlive the queue,
+// and the calls a destroyed queue aborted (that next run(), or the io_context).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -134,7 +138,7 @@ class RequestQueue {
         [this](auto handler, Request req, SubmitOptions opts) {
           using op_type = detail::submit_op<std::decay_t<decltype(handler)>>;
           auto* op = new op_type(std::move(handler), std::move(req), std::move(opts), executor_);
-          op->install_cancellation(impl_.get());
+          op->install_cancellation(impl_);
           detail::queue_admit(impl_.get(), op);
         },
         token, std::move(request), std::move(options));
@@ -230,7 +234,9 @@ class RequestQueue {
                       detail::unique_function<void(std::error_code, std::optional<JournalRecord>)> done);
 
   executor_type executor_;
-  std::unique_ptr<detail::queue_impl> impl_;
+  // Shared with the worker coroutines and posted handlers: calls the destructor aborted finish
+  // on the io_context after the RequestQueue is gone.
+  std::shared_ptr<detail::queue_impl> impl_;
 };
 
 }  // namespace laneq

@@ -211,18 +211,21 @@ void leave_pending(const std::string& path, const std::vector<std::string>& pend
   for (const auto& rec : left) CHECK(rec.state == JournalState::pending);
 }
 
-// Runs `body` in a child process that then ends at once, cleaning nothing up (as under kill -9):
-// what its journal committed is all that is left of it. True if `body` returned true.
-bool in_process_that_dies(const std::function<bool()>& body) {
+// Ends the child process at once, as kill -9 would: no destructor runs, so what the journal
+// committed is all that is left of it.
+[[noreturn]] void die(bool ok) { ::_exit(ok ? 0 : 1); }
+
+// Runs `body` in a child process, which calls die() with its objects still alive (returning
+// would destroy them, and a destroyed queue settles its rows - not a crash). True if it died ok.
+bool in_process_that_dies(const std::function<void()>& body) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    bool ok = false;
     try {
-      ok = body();
+      body();
     } catch (...) {
     }
-    ::_exit(ok ? 0 : 1);
+    die(false);  // it returned or threw
   }
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
@@ -497,7 +500,7 @@ TEST_CASE("rows in flight when their run ended mid-call run again in the next on
     std::atomic<int> flushed{0};
     queue.journal()->flush([&](std::error_code ec) { flushed = ec ? -1 : 1; });
     run_until(io, [&] { return flushed != 0; });
-    return flushed == 1 && provider.ids() == ids{"f1", "f2"};
+    die(flushed == 1 && provider.ids() == ids{"f1", "f2"});
   }));
 
   auto journal = Journal::open({.path = path});
@@ -641,6 +644,45 @@ TEST_CASE("shutdown without drain leaves queued durable requests pending - their
   CHECK(next.provider.seen() == ids{"s2", "s3", "e1"});
   CHECK(next.reports.size() == 3);
   for (const char* id : {"s2", "s3", "e1"}) CHECK_FALSE(next.reports.only(id).ec);
+  for (const auto& rec : list_wait(*next.queue.journal())) CHECK(rec.state == JournalState::succeeded);
+}
+
+TEST_CASE("a queue destroyed with durable requests - in flight, queued, acknowledged - leaves their "
+          "rows pending, fails their callers with shutting_down, and the next run does them",
+          "[durable][lifetime]") {
+  TempDir dir("laneq-durable");
+  const auto path = dir.file("q.db");
+  {
+    Reports reports;
+    asio::io_context io;
+    RecordingProvider provider({.latency = 60s});
+    std::map<std::string, std::vector<std::error_code>> callers;
+    {
+      laneq::RequestQueue queue(io.get_executor(), provider,
+                                {.workers = 1, .journal = {.path = path},
+                                 .on_durable_result = reports.callback()});
+      queue.start();
+      for (const std::string id : {"d1", "d2", "d3"})
+        queue.async_submit(request(id), {.durable = true},
+                           [&, id](std::error_code ec, laneq::Response) { callers[id].push_back(ec); });
+      bool acked = false;
+      queue.async_enqueue(request("e1"), {}, [&](std::error_code ec, std::string) {
+        CHECK_FALSE(ec);
+        acked = true;
+      });
+      run_until(io, [&] { return acked && provider.ids().size() == 1; });
+    }  // destroyed with d1 in flight: nothing runs the io_context
+    io.run();  // the callers' completions; the aborted call ends at once
+    const std::vector<std::error_code> dropped{make_error_code(errc::shutting_down)};
+    CHECK(callers == std::map<std::string, std::vector<std::error_code>>{
+                         {"d1", dropped}, {"d2", dropped}, {"d3", dropped}});
+    CHECK(reports.size() == 0);  // e1 runs next time: no report now
+    CHECK(provider.inner.aborted() == 1);
+  }
+  DurableRun next({.workers = 1, .journal = {.path = path}});  // the file was closed
+  next.drain();
+  CHECK(next.provider.seen() == ids{"d1", "d2", "d3", "e1"});
+  CHECK(next.reports.size() == 4);
   for (const auto& rec : list_wait(*next.queue.journal())) CHECK(rec.state == JournalState::succeeded);
 }
 

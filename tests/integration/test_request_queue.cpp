@@ -3,10 +3,13 @@
 
 #include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/steady_timer.hpp>
@@ -534,4 +537,104 @@ TEST_CASE("metrics count every request once and export as JSON and Prometheus te
   CHECK(j.dump().find("critical") != std::string::npos);
   const auto prom = laneq::to_prometheus(m);
   CHECK(prom.find("laneq_requests_submitted_total{lane=\"critical\"} 15") != std::string::npos);
+}
+
+// --- destroying a queue that still holds work (no thread runs the io_context meanwhile) ---
+
+namespace {
+
+// Runs handlers one at a time until `ready` holds (the loop stays ours in between).
+template <class Pred>
+void run_until(asio::io_context& io, Pred ready) {
+  while (!ready()) REQUIRE(io.run_one() > 0);
+}
+
+}  // namespace
+
+TEST_CASE("destroying a queue completes every request it holds with shutting_down - waiting, "
+          "queued, in flight, awaited by a coroutine - and aborts the calls in flight",
+          "[queue][lifetime]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 60s});
+  std::map<int, std::vector<std::error_code>> got;  // per submit: every completion it had
+  std::error_code awaited{};
+  bool coroutine_done = false;
+  {
+    laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2, .max_pending = 5});
+    queue.start();
+    for (int i = 0; i < 10; ++i)  // 2 in flight, 5 queued, 3 waiting for room
+      queue.async_submit(chat(), {}, [&got, i](std::error_code ec, laneq::Response) {
+        got[i].push_back(ec);
+      });
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      try {
+        co_await queue.submit(chat());
+      } catch (const laneq::RequestError& e) {
+        awaited = e.code();
+      }
+      coroutine_done = true;
+    }, asio::detached);
+    run_until(io, [&] {
+      const auto m = queue.metrics().total;
+      return provider.in_flight() == 2 && m.submitted == 11 && m.waiting == 4;
+    });
+  }  // destroyed here: nothing runs the io_context
+  CHECK(got.empty());  // handlers are posted, never run inside the destructor
+  const auto t0 = std::chrono::steady_clock::now();
+  io.run();  // the aborted calls end at once; their 60 s timers would otherwise hold it
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  REQUIRE(got.size() == 10);
+  for (const auto& [i, codes] : got)
+    CHECK(codes == std::vector<std::error_code>{make_error_code(errc::shutting_down)});
+  CHECK(coroutine_done);
+  CHECK(awaited == errc::shutting_down);
+  CHECK(provider.calls() == 2);
+  CHECK(provider.aborted() == 2);
+  CHECK(provider.in_flight() == 0);
+}
+
+TEST_CASE("an io_context destroyed after the queue, without running again, takes the pending "
+          "handlers and coroutine frames with it",
+          "[queue][lifetime]") {
+  laneq::SimulatedProvider provider({.latency = 60s});
+  auto token = std::make_shared<int>(0);  // one copy per live handler or frame
+  int called = 0;
+  {
+    asio::io_context io;
+    {
+      laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .max_pending = 2});
+      queue.start();
+      for (int i = 0; i < 4; ++i)
+        queue.async_submit(chat(), {}, [&called, token](std::error_code, laneq::Response) {
+          ++called;
+        });
+      asio::co_spawn(io, [&queue, token]() -> asio::awaitable<void> {
+        co_await queue.submit(chat());
+      }, asio::detached);
+      run_until(io, [&] { return provider.in_flight() == 1 && queue.metrics().total.submitted == 5; });
+      CHECK(token.use_count() == 6);
+    }
+    CHECK(token.use_count() == 6);  // their completions are posted: alive until run or destroyed
+  }
+  CHECK(called == 0);
+  CHECK(token.use_count() == 1);  // all destroyed with the io_context: nothing leaked
+}
+
+TEST_CASE("a queue destroyed by a coroutine of its own one-thread loop fails what it held, even "
+          "submits it had not admitted yet",
+          "[queue][lifetime]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 1ms});
+  std::vector<std::error_code> got;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto queue = std::make_unique<laneq::RequestQueue>(io.get_executor(), provider,
+                                                       laneq::QueueConfig{.workers = 2});
+    queue->start();
+    for (int i = 0; i < 5; ++i)
+      queue->async_submit(chat(), {}, [&](std::error_code ec, auto) { got.push_back(ec); });
+    queue.reset();  // before the strand admitted them, before the workers started
+    co_return;
+  });
+  CHECK(got == std::vector<std::error_code>(5, make_error_code(errc::shutting_down)));
+  CHECK(provider.seen().empty());
 }

@@ -3,9 +3,10 @@
 // works with submit_op_base only; the handler type lives in submit_op<Handler>.
 //
 // Lifetime: reference counted. One reference belongs to the completion path (released after the
-// handler ran on its own executor), one to each posted cancellation, one to a worker running the
-// call. The cancellation slot handler is cleared on the handler's executor before the handler
-// runs, which is where Asio requires slot operations to happen.
+// handler ran on its own executor, or when its posted completion is destroyed uncalled with the
+// io_context), one to each posted cancellation, one to a worker running the call. The
+// cancellation slot handler is cleared on the handler's executor before the handler runs, which
+// is where Asio requires slot operations to happen.
 #include <atomic>
 #include <cassert>
 #include <chrono>
@@ -80,6 +81,13 @@ struct submit_op_base {
   void release() noexcept {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
   }
+  // A reference held by something Asio may destroy without running (a posted function, a
+  // coroutine frame): dropped either way.
+  struct releaser {
+    void operator()(submit_op_base* op) const noexcept { op->release(); }
+  };
+  template <class Op = submit_op_base>
+  using ref = std::unique_ptr<Op, releaser>;
 
   Request request;
   SubmitOptions options;
@@ -123,38 +131,43 @@ class submit_op final : public submit_op_base {
         work_(asio::get_associated_executor(handler_, io_ex)) {}
 
   // Cancellation: installed in the caller's slot at initiation; it only forwards to the strand.
-  void install_cancellation(queue_impl* q) {
+  // It shares the queue's state: a cancel may come after the RequestQueue was destroyed (which
+  // completes the op, but its handler has not run yet).
+  void install_cancellation(const std::shared_ptr<queue_impl>& q) {
     auto slot = asio::get_associated_cancellation_slot(handler_);
     if (slot.is_connected()) slot.template emplace<canceller>(q, this);
   }
 
  private:
   struct canceller {
-    queue_impl* q;
+    std::shared_ptr<queue_impl> q;
     submit_op_base* op;
+    canceller(std::shared_ptr<queue_impl> queue, submit_op_base* o) : q(std::move(queue)), op(o) {}
     void operator()(asio::cancellation_type type) const {
       if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) !=
           asio::cancellation_type::none)
-        queue_cancel(q, op);
+        queue_cancel(q.get(), op);
     }
   };
 
   // Posted to the handler's executor; the op stays alive through its reference. The Response
   // rides on the heap: Asio moves a posted function several times, and a Response move costs
   // more than the allocation.
+  // Destroyed uncalled (its io_context destroyed first), it drops the op and so the handler.
   struct invoker {
-    submit_op* op;
+    ref<submit_op> op;
     std::error_code ec;
     std::unique_ptr<Response> response;
     using allocator_type = asio::associated_allocator_t<Handler>;
     allocator_type get_allocator() const noexcept {
       return asio::get_associated_allocator(op->handler_);
     }
-    void operator()() { op->invoke(ec, std::move(*response)); }
+    void operator()() { op.release()->invoke(ec, std::move(*response)); }
   };
 
   void post_completion(std::error_code ec, Response&& r) override {
-    asio::post(work_.get_executor(), invoker{this, ec, std::make_unique<Response>(std::move(r))});
+    asio::post(work_.get_executor(),
+               invoker{ref<submit_op>(this), ec, std::make_unique<Response>(std::move(r))});
   }
 
   void invoke(std::error_code ec, Response&& r) {
