@@ -673,117 +673,127 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         on_strand);
   }
 
+  // One coroutine per worker, one frame for its whole life: the limiter wait and the provider
+  // call are awaited here, the bookkeeping around them is plain functions (a nested coroutine
+  // per call cost a frame and a resume each).
   // `self`: the frame keeps the impl alive (a call in flight outlives a destroyed RequestQueue).
   strand_awaitable<void> run_worker(worker& w, [[maybe_unused]] std::shared_ptr<queue_impl> self) {
     for (;;) {
-      const auto now = steady::now();
+      auto now = steady::now();
       op_ptr op = take_from(w.reserved ? sched_.pop_reserved(now) : sched_.pop(now), now);
       if (!op) {
         if (stop_workers_) break;
         op = co_await park(w);
         if (!op) break;
+        now = op->started_at;
       }
-      co_await call(w, op);
+      // The worker's reference (take_from): dropped below, or with the frame if the io_context
+      // is destroyed while the worker is suspended.
+      submit_op_base::ref<> hold(op);
+      if (op->st == state::in_flight) {
+        w.current = op;  // from here, cancel and deadline reach this worker (w.signal)
+        RateLimiter& lim = limiter_for(op->request.model);
+        const RateCost estimate = estimated_cost(*op);
+        RateLimiter::Ticket ticket = lim.try_acquire(estimate);
+        std::error_code ec;
+        auto granted = now;  // no wait, no clock read
+        if (ticket == 0) {
+          w.acquiring = true;
+          std::tie(ec, ticket) = co_await lim.async_acquire(
+              estimate, static_cast<int>(op->lane),
+              asio::bind_cancellation_slot(w.signal.slot(), asio::experimental::as_tuple(on_strand)));
+          w.acquiring = false;
+          granted = steady::now();
+        }
+        metrics_.limiter_wait(op->lane, op->client_ref, granted - now);
+        if (op->st != state::in_flight) {
+          lim.reconcile(ticket, estimate, RateCost{0, 0, 0});  // resolved meanwhile: no call made
+        } else if (ec) {
+          finish(op, ec == errc::exceeds_rate_limit ? ec : make_error_code(errc::internal),
+                 Metrics::Outcome::failed, Metrics::From::in_flight);
+        } else {
+          begin_attempt(w, op, granted);
+          try {
+            std::tie(ec) = co_await call_provider(w, op);
+          } catch (...) {
+            ec = errc::internal;
+          }
+          end_attempt(op, lim, ticket, estimate, ec, w.result);
+        }
+        w.current = nullptr;
+      }
+      --in_flight_;
+      hold.reset();
+      check_shutdown();
+      maybe_idle();
     }
     if (--workers_alive_ == 0) finish_shutdown();
   }
 
-  strand_awaitable<void> call(worker& w, op_ptr op) {
-    // The worker's reference (take_from): dropped here, or with the frame if the io_context is
-    // destroyed while the call is suspended.
-    submit_op_base::ref<> hold(op);
-    if (op->st == state::in_flight) {
-      w.current = op;  // from here, cancel and deadline reach this worker (w.signal)
-      RateLimiter& lim = limiter_for(op->request.model);
-      const RateCost estimate = estimated_cost(*op);
-      const auto asked = steady::now();
-      RateLimiter::Ticket ticket = lim.try_acquire(estimate);
-      std::error_code ec;
-      if (ticket == 0) {
-        w.acquiring = true;
-        std::tie(ec, ticket) = co_await lim.async_acquire(
-            estimate, static_cast<int>(op->lane),
-            asio::bind_cancellation_slot(w.signal.slot(), asio::experimental::as_tuple(on_strand)));
-      }
-      w.acquiring = false;
-      metrics_.limiter_wait(op->lane, op->client_ref, steady::now() - asked);
-      if (op->st != state::in_flight) {
-        lim.reconcile(ticket, estimate, RateCost{0, 0, 0});  // resolved meanwhile: no call made
-      } else if (ec) {
-        finish(op, ec == errc::exceeds_rate_limit ? ec : make_error_code(errc::internal),
-               Metrics::Outcome::failed, Metrics::From::in_flight);
-      } else {
-        co_await attempt(w, op, lim, ticket, estimate);
-      }
-      w.current = nullptr;
-    }
-    --in_flight_;
-    hold.reset();
-    check_shutdown();
-    maybe_idle();
+  void begin_attempt(worker& w, op_ptr op, steady::time_point now) {
+    op->started_at = now;  // service time = the call itself
+    if (!op->durable) return;
+    // The lease is informative (a journal has one owner at a time): the call's deadline.
+    const auto lease = op->deadline != never ? op->deadline - now
+                                             : steady::duration(std::chrono::hours(1));
+    op->durable->started_attempts = op->durable->earlier_attempts + op->attempts + 1;
+    journal_->mark_in_flight(
+        op->durable->row, w.index,
+        std::chrono::system_clock::now() +
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(lease),
+        op->durable->started_attempts);
   }
 
-  strand_awaitable<void> attempt(worker& w, op_ptr op, RateLimiter& lim, RateLimiter::Ticket ticket,
-                                 const RateCost& estimate) {
-    std::error_code ec;
-    op->started_at = steady::now();  // service time = the call itself
-    if (op->durable) {
-      // The lease is informative (a journal has one owner at a time): the call's deadline.
-      const auto lease = op->deadline != never ? op->deadline - op->started_at
-                                               : steady::duration(std::chrono::hours(1));
-      op->durable->started_attempts = op->durable->earlier_attempts + op->attempts + 1;
-      journal_->mark_in_flight(
-          op->durable->row, w.index,
-          std::chrono::system_clock::now() +
-              std::chrono::duration_cast<std::chrono::system_clock::duration>(lease),
-          op->durable->started_attempts);
-    }
-    try {
-      auto token = asio::experimental::as_tuple(on_strand);
-      std::tie(ec) = co_await asio::async_initiate<decltype(token), void(std::error_code)>(
-          [this, &w, op](auto handler) {
-            provider_.async_call(
-                op->request, CallContext{strand_, w.signal.slot(), op->deadline},
-                CallCompletion([h = std::move(handler), &w](std::error_code e, Response&& r) mutable {
-                  // The worker is suspended on exactly this completion: nobody else touches
-                  // w.result until the dispatch below resumes it on the strand.
-                  w.result = std::move(r);
-                  auto ex = asio::get_associated_executor(h);
+  // The provider's answer lands in w.result; only the error code travels the resume.
+  strand_awaitable<std::tuple<std::error_code>> call_provider(worker& w, op_ptr op) {
+    auto token = asio::experimental::as_tuple(on_strand);
+    return asio::async_initiate<decltype(token), void(std::error_code)>(
+        [this, &w, op](auto handler) {
+          provider_.async_call(
+              op->request, CallContext{strand_, w.signal.slot(), op->deadline},
+              CallCompletion([h = std::move(handler), &w](std::error_code e, Response&& r) mutable {
+                // The worker is suspended on exactly this completion: nobody else touches
+                // w.result until the worker resumes on the strand.
+                w.result = std::move(r);
+                auto ex = asio::get_associated_executor(h);
+                // Already on the strand (a provider that posts to ctx.executor, as ours do):
+                // resume at once. dispatch() would too, after querying the strand's inner
+                // any_io_executor for its blocking property, which allocates.
+                if (ex.running_in_this_thread())
+                  std::move(h)(e);
+                else
                   asio::dispatch(ex, asio::detail::bind_handler(std::move(h), e));
-                }));
-          },
-          token);
-    } catch (...) {
-      ec = errc::internal;
-    }
-    Response& resp = w.result;  // moved on from here; the next call assigns it afresh
+              }));
+        },
+        token);
+  }
+
+  // After a call: the limiter learns what it cost, then the request succeeds, fails, or waits
+  // for a retry.
+  void end_attempt(op_ptr op, RateLimiter& lim, RateLimiter::Ticket ticket,
+                   const RateCost& estimate, std::error_code ec, Response& resp) {
     ++op->attempts;
     lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
     // Parsed once: the limiter adopts the server's view, the retry policy reads retry-after.
-    const auto info = parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
+    const auto info = resp.headers.empty()
+                          ? RateLimitInfo{}
+                          : parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
     lim.observe(info);
-    if (op->st != state::in_flight) co_return;  // resolved by cancel / timeout meanwhile
+    if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
     resp.attempts = op->attempts;
-    if (!ec) {
-      finish(op, ec, Metrics::Outcome::succeeded, Metrics::From::in_flight, std::move(resp));
-      co_return;
-    }
+    if (!ec) return finish(op, ec, Metrics::Outcome::succeeded, Metrics::From::in_flight, std::move(resp));
     if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
         ec == errc::overloaded)
       metrics_.rate_limited(op->lane, op->client_ref);
     const auto d = decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01());
     if (d.pause_all) lim.pause_for(d.delay);  // one pause for every worker
-    if (!d.retry) {
-      finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
-      co_return;
-    }
+    if (!d.retry) return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
     const auto at = steady::now() + d.delay;
     if (at >= op->deadline) {  // the retry could not finish in time: fail now, with the cause
       op->timed_out = true;
-      finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::in_flight,
-             std::move(resp));
-      co_return;
+      return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::in_flight,
+                    std::move(resp));
     }
     last_errors_.insert_or_assign(op, retry_info{std::move(resp), at});
     if (d.pause_all) {
@@ -791,7 +801,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       // before requests queued behind it, not after those taken while it waited.
       requeue(op);
       hand_out();
-      co_return;
+      return;
     }
     op->st = state::retry_wait;
     retry_waits_.emplace(at, op);
