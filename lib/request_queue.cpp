@@ -21,6 +21,7 @@
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "laneq/detail/post.hpp"
 #include "laneq/rate_limit_headers.hpp"
 #include "laneq/scheduler.hpp"
 
@@ -199,7 +200,7 @@ struct journal_event {
 struct journal_link : std::enable_shared_from_this<journal_link> {
   journal_link(queue_impl* queue, CallExecutor ex) : q(queue), strand(std::move(ex)) {}
   void push(journal_event e) {
-    if (events.push(e)) asio::post(strand, [self = shared_from_this()] { self->drain(); });
+    if (events.push(e)) detail::post(strand, [self = shared_from_this()] { self->drain(); });
   }
   void drain();  // strand; after queue_impl
   void close() { events.close(); }
@@ -242,7 +243,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void post_recover() {
     // On the strand like all state changes (threads may already run the io_context), and
     // before any submit made after construction, which queues behind it.
-    if (journal_) asio::post(strand_, [self = shared_from_this()] { self->recover(); });
+    if (journal_) detail::post(strand_, [self = shared_from_this()] { self->recover(); });
   }
 
   // The RequestQueue is being destroyed while no thread runs the io_context (its documented
@@ -315,20 +316,20 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // strand, which admits the whole burst in order (one strand trip per burst, not per submit).
   void post_admit(op_ptr op) {
     if (intake_.push(op))
-      asio::post(strand_, [self = shared_from_this()] {
+      detail::post(strand_, [self = shared_from_this()] {
         self->intake_.drain([q = self.get()](op_ptr o) { q->admit(o); });
       });
   }
 
   void post_cancel(op_ptr op) {
     op->add_ref();
-    asio::post(strand_, [self = shared_from_this(), op = submit_op_base::ref<>(op)] {
+    detail::post(strand_, [self = shared_from_this(), op = submit_op_base::ref<>(op)] {
       self->cancel(op.get());
     });
   }
 
   void start() {
-    asio::post(strand_, [self = shared_from_this()] {
+    detail::post(strand_, [self = shared_from_this()] {
       if (self->started_ || self->stopping_) return;
       self->started_ = true;
       for (std::size_t i = 0; i < self->cfg_.workers; ++i) {
@@ -343,13 +344,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   void start_shutdown(ShutdownOptions opts, unique_function<void(std::error_code)> done) {
-    asio::post(strand_, [self = shared_from_this(), opts, done = std::move(done)]() mutable {
+    detail::post(strand_, [self = shared_from_this(), opts, done = std::move(done)]() mutable {
       self->begin_shutdown(opts, std::move(done));
     });
   }
 
   void set_client_weight(std::string client, std::uint32_t weight) {
-    asio::post(strand_, [self = shared_from_this(), client = std::move(client), weight] {
+    detail::post(strand_, [self = shared_from_this(), client = std::move(client), weight] {
       self->sched_.set_client_weight(client, weight);
     });
   }
@@ -647,7 +648,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // Shutdown's wake-up goes through a post: an exiting worker may finish the shutdown, which
   // must not run inside check_shutdown's loop over the idle lists.
   void wake(worker& w, op_ptr op) {
-    asio::post(strand_, [h = std::move(w.parked), op]() mutable { h(op); });
+    detail::post(strand_, [h = std::move(w.parked), op]() mutable { h(op); });
   }
 
   // Bookkeeping for a request leaving the scheduler towards a worker.

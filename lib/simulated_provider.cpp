@@ -1,4 +1,5 @@
 #include "laneq/simulated_provider.hpp"
+#include "laneq/detail/post.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -88,7 +89,7 @@ void SimulatedProvider::async_call(const Request& request, CallContext ctx,
   }
 
   if (p.latency.count() <= 0 && p.outcome.headers.empty()) {
-    asio::post(ctx.executor, [this, done = std::move(done), ec = p.outcome.error,
+    detail::post(ctx.executor, [this, done = std::move(done), ec = p.outcome.error,
                               status = p.outcome.status, input, output]() mutable {
       in_flight_.fetch_sub(1, std::memory_order_relaxed);
       done(ec, make_response(ec, status, {}, input, output));

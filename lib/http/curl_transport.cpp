@@ -1,4 +1,5 @@
 #include "laneq/http/curl_transport.hpp"
+#include "laneq/detail/post.hpp"
 
 #include <curl/curl.h>
 
@@ -119,10 +120,10 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
       slot.assign([weak = weak_from_this(), id = t->id](asio::cancellation_type type) {
         if ((type & asio::cancellation_type::all) == asio::cancellation_type::none) return;
         if (auto self = weak.lock())
-          asio::post(self->strand_, [self, id] { self->abort(id); });
+          detail::post(self->strand_, [self, id] { self->abort(id); });
       });
     }
-    asio::post(strand_, [self = shared_from_this(), t = std::move(t)]() mutable {
+    detail::post(strand_, [self = shared_from_this(), t = std::move(t)]() mutable {
       self->add(std::move(t));
     });
   }
@@ -208,7 +209,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
     if (ec && t->response.error.empty()) t->response.error = ec.message();
     auto caller = t->caller;
-    asio::post(caller, [t = std::move(t), ec]() mutable {
+    detail::post(caller, [t = std::move(t), ec]() mutable {
       if (t->slot.is_connected()) t->slot.clear();
       auto done = std::move(t->done);
       HttpResponse resp = std::move(t->response);
@@ -321,7 +322,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     // timerfd_settime syscall, twice per call. Running curl's timeout handling early is harmless.
     if (timeout_ms == 0) {
       self->timer_.cancel();
-      asio::post(self->strand_, [weak = self->weak_from_this()] {
+      detail::post(self->strand_, [weak = self->weak_from_this()] {
         if (auto s = weak.lock()) s->action(CURL_SOCKET_TIMEOUT, 0);
       });
       return 0;

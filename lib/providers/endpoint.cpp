@@ -4,6 +4,7 @@
 #include <system_error>
 
 #include "laneq/error.hpp"
+#include "laneq/detail/post.hpp"
 #include "laneq/provider.hpp"
 #include "http_call.hpp"
 
@@ -39,7 +40,7 @@ void fail_call(CallContext& ctx, CallCompletion& done, std::error_code ec, std::
   Response r;
   r.error_type = "invalid_request";
   r.error_message = std::move(message);
-  asio::post(ctx.executor, [done = std::move(done), ec, r = std::move(r)]() mutable {
+  detail::post(ctx.executor, [done = std::move(done), ec, r = std::move(r)]() mutable {
     done(ec, std::move(r));
   });
 }

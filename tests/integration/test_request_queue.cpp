@@ -1,6 +1,7 @@
 // RequestQueue on a real io_context with the SimulatedProvider.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <future>
 #include <map>
@@ -16,6 +17,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 
+#include "laneq/detail/post.hpp"
 #include "laneq/laneq.hpp"
 #include "support/recording_provider.hpp"
 #include "support/run.hpp"
@@ -637,4 +639,30 @@ TEST_CASE("a queue destroyed by a coroutine of its own one-thread loop fails wha
   });
   CHECK(got == std::vector<std::error_code>(5, make_error_code(errc::shutting_down)));
   CHECK(provider.seen().empty());
+}
+
+// --- detail::post: the strand's own post() where Asio's would allocate ---
+
+TEST_CASE("detail::post runs the function later, on the strand when given one - directly or "
+          "inside an any_io_executor - and on any other executor as asio::post does",
+          "[queue][post]") {
+  asio::io_context io;
+  const laneq::CallExecutor strand = asio::make_strand(io.get_executor());
+  std::vector<std::string> ran;
+  const auto record = [&](std::string what, bool want_strand) {
+    return [&ran, &strand, what = std::move(what), want_strand] {
+      CHECK(strand.running_in_this_thread() == want_strand);
+      ran.push_back(what);
+    };
+  };
+  laneq::detail::post(strand, record("strand", true));
+  laneq::detail::post(asio::any_io_executor(strand), record("any(strand)", true));
+  // Not a strand inside: Asio 1.22's target<T>() does not check the type, so this must not
+  // be taken for one.
+  laneq::detail::post(asio::any_io_executor(io.get_executor()), record("any(io)", false));
+  laneq::detail::post(io.get_executor(), record("io", false));
+  CHECK(ran.empty());  // never inline
+  io.run();
+  std::sort(ran.begin(), ran.end());
+  CHECK(ran == std::vector<std::string>{"any(io)", "any(strand)", "io", "strand"});
 }
