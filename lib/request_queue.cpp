@@ -1092,11 +1092,40 @@ RequestQueue::~RequestQueue() { impl_->abandon(); }
 
 void RequestQueue::start() { impl_->start(); }
 
+namespace {
+
+// submit()'s handler: the error code becomes a RequestError (with the provider's answer) that
+// use_awaitable throws in the awaiting coroutine. No coroutine of submit()'s own: that was a
+// frame, a Request move and two Response moves per submit.
+template <class Handler>
+struct throw_request_error {
+  Handler h;
+
+  using executor_type = asio::associated_executor_t<Handler>;
+  executor_type get_executor() const noexcept { return asio::get_associated_executor(h); }
+  using cancellation_slot_type = asio::associated_cancellation_slot_t<Handler>;
+  cancellation_slot_type get_cancellation_slot() const noexcept {
+    return asio::get_associated_cancellation_slot(h);
+  }
+  using allocator_type = asio::associated_allocator_t<Handler>;
+  allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(h); }
+
+  void operator()(std::error_code ec, Response r) {
+    if (ec)
+      std::move(h)(std::make_exception_ptr(RequestError(ec, std::move(r))), Response{});
+    else
+      std::move(h)(std::exception_ptr{}, std::move(r));
+  }
+};
+
+}  // namespace
+
 asio::awaitable<Response> RequestQueue::submit(Request request, SubmitOptions options) {
-  auto [ec, r] = co_await async_submit(std::move(request), std::move(options),
-                                       asio::experimental::as_tuple(asio::use_awaitable));
-  if (ec) throw RequestError(ec, std::move(r));
-  co_return std::move(r);
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(std::exception_ptr, Response)>(
+      [this](auto handler, Request&& req, const SubmitOptions& opts) {
+        async_submit(std::move(req), opts, throw_request_error<decltype(handler)>{std::move(handler)});
+      },
+      asio::use_awaitable, std::move(request), options);
 }
 
 asio::awaitable<void> RequestQueue::shutdown(ShutdownOptions options) {

@@ -135,9 +135,9 @@ class RequestQueue {
   template <class CompletionToken>
   auto async_submit(Request request, SubmitOptions options, CompletionToken&& token) {
     return asio::async_initiate<CompletionToken, void(std::error_code, Response)>(
-        [this](auto handler, Request req, SubmitOptions opts) {
+        [this](auto handler, auto&& req, const SubmitOptions& opts) {
           using op_type = detail::submit_op<std::decay_t<decltype(handler)>>;
-          auto* op = new op_type(std::move(handler), std::move(req), std::move(opts), executor_);
+          auto* op = new op_type(std::move(handler), std::forward<decltype(req)>(req), opts, executor_);
           op->install_cancellation(impl_);
           detail::queue_admit(impl_.get(), op);
         },

@@ -54,7 +54,9 @@ struct submit_op_base {
   // retry_wait: a failed attempt waits out its back-off before going back to its lane.
   enum class state : std::uint8_t { created, journaling, waiting, queued, in_flight, retry_wait, done };
 
-  submit_op_base(Request r, SubmitOptions o) : request(std::move(r)), options(std::move(o)) {}
+  // The request is moved in once: each Request move costs its strings, vector, json and function.
+  template <class R>
+  submit_op_base(R&& r, const SubmitOptions& o) : request(std::forward<R>(r)), options(o) {}
   submit_op_base(const submit_op_base&) = delete;
   submit_op_base& operator=(const submit_op_base&) = delete;
 
@@ -125,8 +127,9 @@ class submit_op final : public submit_op_base {
  public:
   using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
 
-  submit_op(Handler h, Request r, SubmitOptions o, const asio::any_io_executor& io_ex)
-      : submit_op_base(std::move(r), std::move(o)),
+  template <class R>
+  submit_op(Handler h, R&& r, const SubmitOptions& o, const asio::any_io_executor& io_ex)
+      : submit_op_base(std::forward<R>(r), o),
         handler_(std::move(h)),
         work_(asio::get_associated_executor(handler_, io_ex)) {}
 
