@@ -1,6 +1,7 @@
 #include "laneq/metrics.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -78,22 +79,92 @@ LatencySummary summarize(const LatencyHistogram& h) noexcept {
 
 // ---- Metrics ------------------------------------------------------------------------------
 
+// One recorder at a time, snapshots from anywhere: every counter is an atomic the recorder
+// updates with a relaxed load and store (no lock, no locked instruction), and a reader reads
+// whole. A snapshot is exact per counter, though not one instant across counters.
+namespace {
+
+template <class T>
+struct counter {
+  std::atomic<T> v{0};
+  void add(T d) noexcept { v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed); }
+  T get() const noexcept { return v.load(std::memory_order_relaxed); }
+};
+
+}  // namespace
+
+// LatencyHistogram::record for one recorder and concurrent readers.
+struct Metrics::Histogram {
+  std::array<counter<std::uint64_t>, LatencyHistogram::bucket_count> buckets{};
+  counter<std::uint64_t> count{};
+  counter<std::int64_t> min_ns{}, max_ns{};
+  std::atomic<double> sum_s{0};
+
+  void record(std::chrono::nanoseconds d) noexcept {
+    const std::int64_t ns = std::max<std::int64_t>(d.count(), 0);
+    buckets[bucket_of(static_cast<std::uint64_t>(ns) / 1000)].add(1);
+    const auto n = count.get();
+    if (n == 0 || ns < min_ns.get()) min_ns.v.store(ns, std::memory_order_relaxed);
+    if (ns > max_ns.get()) max_ns.v.store(ns, std::memory_order_relaxed);
+    sum_s.store(sum_s.load(std::memory_order_relaxed) + static_cast<double>(ns) * 1e-9,
+                std::memory_order_relaxed);
+    count.v.store(n + 1, std::memory_order_release);  // the buckets before it, for load()
+  }
+};
+
+LatencyHistogram Metrics::load(const Histogram& a) noexcept {
+  LatencyHistogram h;
+  h.count_ = a.count.v.load(std::memory_order_acquire);
+  if (h.count_ == 0) return h;
+  // Buckets recorded after count_ was read may show: count what the buckets say, so that
+  // percentile() walks a consistent histogram.
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < LatencyHistogram::bucket_count; ++i)
+    total += h.buckets_[i] = a.buckets[i].get();
+  h.count_ = total;
+  h.min_ns_ = a.min_ns.get();
+  h.max_ns_ = a.max_ns.get();
+  h.sum_s_ = a.sum_s.load(std::memory_order_relaxed);
+  return h;
+}
+
 struct Metrics::Series {
   struct Latency {
-    LatencyHistogram wait, service, limiter;
+    Histogram wait, service, limiter;
   };
-  SeriesSnapshot n;              // counters and gauges; the summaries are filled by snapshot()
-  std::unique_ptr<Latency> lat;  // lanes: at construction; clients: at their first latency
+  counter<std::int64_t> depth, in_flight, waiting;
+  counter<std::uint64_t> submitted, started, succeeded, failed, rejected, expired, cancelled,
+      retried, rate_limited;
+  // Lanes: at construction; clients: at their first latency (2.2 KB each). Published with
+  // release for snapshots; only the recorder creates it.
+  std::atomic<Latency*> lat{nullptr};
+
+  Series() = default;
+  ~Series() { delete lat.load(std::memory_order_relaxed); }
+  Series(const Series&) = delete;
+  Series& operator=(const Series&) = delete;
 
   Latency& latency() {
-    if (!lat) lat = std::make_unique<Latency>();
-    return *lat;
+    auto* l = lat.load(std::memory_order_relaxed);
+    if (!l) {
+      l = new Latency();
+      lat.store(l, std::memory_order_release);
+    }
+    return *l;
+  }
+  SeriesSnapshot counters() const {
+    SeriesSnapshot r;
+    r.depth = depth.get(), r.in_flight = in_flight.get(), r.waiting = waiting.get();
+    r.submitted = submitted.get(), r.started = started.get(), r.succeeded = succeeded.get();
+    r.failed = failed.get(), r.rejected = rejected.get(), r.expired = expired.get();
+    r.cancelled = cancelled.get(), r.retried = retried.get(), r.rate_limited = rate_limited.get();
+    return r;
   }
   SeriesSnapshot snapshot() const {
-    SeriesSnapshot r = n;
-    if (lat) {
-      r.queue_wait = summarize(lat->wait), r.service_time = summarize(lat->service);
-      r.limiter_wait = summarize(lat->limiter);
+    SeriesSnapshot r = counters();
+    if (const auto* l = lat.load(std::memory_order_acquire)) {
+      r.queue_wait = summarize(load(l->wait)), r.service_time = summarize(load(l->service));
+      r.limiter_wait = summarize(load(l->limiter));
     }
     return r;
   }
@@ -126,9 +197,11 @@ Metrics::Metrics(std::vector<LaneInfo> lanes, std::size_t max_clients)
 Metrics::~Metrics() = default;
 
 Metrics::ClientRef Metrics::client(std::string_view name) {
-  std::lock_guard lock(mu_);
+  // Only the recorder changes clients_: it may look up without the lock; a snapshot iterates
+  // under it, so inserting takes it.
   if (auto it = clients_.find(name); it != clients_.end()) return ClientRef(it->second.get());
   const bool own = named_clients_ < max_clients_ && name != other_client;
+  std::lock_guard lock(mu_);
   auto& slot = clients_[own ? std::string(name) : std::string(other_client)];
   if (!slot) {
     slot = std::make_unique<Series>();
@@ -140,43 +213,42 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
 template <class F>
 void Metrics::update(std::size_t lane, ClientRef c, F&& f) {
   if (lane >= lanes_.size()) return;
-  std::lock_guard lock(mu_);
   f(lanes_[lane]);
   if (c.s_) f(*c.s_);
 }
 
 void Metrics::submitted(std::size_t lane, ClientRef c) {
-  update(lane, c, [](Series& s) { ++s.n.submitted; });
+  update(lane, c, [](Series& s) { s.submitted.add(1); });
 }
 
 void Metrics::rejected(std::size_t lane, ClientRef c) {
-  update(lane, c, [](Series& s) { ++s.n.rejected; });
+  update(lane, c, [](Series& s) { s.rejected.add(1); });
 }
 
 void Metrics::waiting(std::size_t lane, ClientRef c) {
-  update(lane, c, [](Series& s) { ++s.n.waiting; });
+  update(lane, c, [](Series& s) { s.waiting.add(1); });
 }
 
 void Metrics::enqueued(std::size_t lane, ClientRef c, bool was_waiting) {
   update(lane, c, [&](Series& s) {
-    ++s.n.depth;
-    s.n.waiting -= was_waiting;
+    s.depth.add(1);
+    if (was_waiting) s.waiting.add(-1);
   });
 }
 
 void Metrics::started(std::size_t lane, ClientRef c, std::chrono::nanoseconds queue_wait) {
   update(lane, c, [&](Series& s) {
-    --s.n.depth, ++s.n.in_flight, ++s.n.started;
+    s.depth.add(-1), s.in_flight.add(1), s.started.add(1);
     s.latency().wait.record(queue_wait);
   });
 }
 
 void Metrics::requeued(std::size_t lane, ClientRef c) {
-  update(lane, c, [](Series& s) { --s.n.in_flight, ++s.n.depth, ++s.n.retried; });
+  update(lane, c, [](Series& s) { s.in_flight.add(-1), s.depth.add(1), s.retried.add(1); });
 }
 
 void Metrics::rate_limited(std::size_t lane, ClientRef c) {
-  update(lane, c, [](Series& s) { ++s.n.rate_limited; });
+  update(lane, c, [](Series& s) { s.rate_limited.add(1); });
 }
 
 void Metrics::limiter_wait(std::size_t lane, ClientRef c, std::chrono::nanoseconds d) {
@@ -187,16 +259,16 @@ void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
                        std::chrono::nanoseconds service_time) {
   update(lane, c, [&](Series& s) {
     switch (o) {
-      case Outcome::succeeded: ++s.n.succeeded; break;
-      case Outcome::failed: ++s.n.failed; break;
-      case Outcome::expired: ++s.n.expired; break;
-      case Outcome::cancelled: ++s.n.cancelled; break;
+      case Outcome::succeeded: s.succeeded.add(1); break;
+      case Outcome::failed: s.failed.add(1); break;
+      case Outcome::expired: s.expired.add(1); break;
+      case Outcome::cancelled: s.cancelled.add(1); break;
     }
     switch (from) {
-      case From::waiting: --s.n.waiting; break;
-      case From::queued: --s.n.depth; break;
+      case From::waiting: s.waiting.add(-1); break;
+      case From::queued: s.depth.add(-1); break;
       case From::in_flight:
-        --s.n.in_flight;
+        s.in_flight.add(-1);
         s.latency().service.record(service_time);
         break;
     }
@@ -209,17 +281,17 @@ MetricsSnapshot Metrics::snapshot() const {
   for (std::size_t i = 0; i < lane_info_.size(); ++i)
     out.lanes[i].name = lane_info_[i].name, out.lanes[i].priority = lane_info_[i].priority;
   LatencyHistogram wait, service, limiter;
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {  // lanes_ never changes: no lock
+    out.lanes[i].stats = lanes_[i].snapshot();
+    add_counters(out.total, out.lanes[i].stats);
+    const auto& l = *lanes_[i].lat.load(std::memory_order_acquire);
+    wait.merge(load(l.wait));
+    service.merge(load(l.service));
+    limiter.merge(load(l.limiter));
+  }
   {
     std::lock_guard lock(mu_);
-    for (std::size_t i = 0; i < lanes_.size(); ++i) {
-      out.lanes[i].stats = lanes_[i].snapshot();
-      add_counters(out.total, lanes_[i].n);
-      wait.merge(lanes_[i].lat->wait);
-      service.merge(lanes_[i].lat->service);
-      limiter.merge(lanes_[i].lat->limiter);
-    }
-    for (const auto& [name, s] : clients_)
-      out.clients.emplace_hint(out.clients.end(), name, s->snapshot());
+    for (const auto& [name, s] : clients_) out.clients.emplace(name, s->snapshot());
   }
   out.total.queue_wait = summarize(wait);
   out.total.service_time = summarize(service);

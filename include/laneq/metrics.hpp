@@ -9,11 +9,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +44,7 @@ class LatencyHistogram {
   std::chrono::nanoseconds percentile(double q) const noexcept;
 
  private:
+  friend class Metrics;  // reads its concurrent recorder into one
   std::array<std::uint64_t, bucket_count> buckets_{};
   std::uint64_t count_ = 0;
   std::int64_t min_ns_ = 0, max_ns_ = 0;
@@ -123,9 +126,13 @@ void to_json(nlohmann::json& j, const MetricsSnapshot& s);  // so `nlohmann::jso
 // Throws std::invalid_argument if prefix is not a valid metric name prefix.
 std::string to_prometheus(const MetricsSnapshot& s, std::string_view prefix = "laneq");
 
-// Thread-safe recorder. Every call takes one mutex once, for a few increments; nothing allocates
-// except the first time a client is seen (its series) and the first latency recorded for a client
-// (its histograms). Lane-level totals are summed at snapshot() time, not on the hot path.
+// Recorder: one thread records at a time (the request queue records from its strand), while any
+// thread may take a snapshot() at any time. Recording takes no lock: counters are atomics only
+// the recorder writes (a relaxed load and store each); nothing allocates except the first time a
+// client is seen (its series, under a lock snapshots share) and the first latency recorded for a
+// client (its histograms). A snapshot is exact per counter but not one instant across counters
+// (a request between two events may show in neither or both). Lane-level totals are summed at
+// snapshot() time, not on the hot path.
 //
 // Bounded cardinality: up to max_clients distinct client names get their own series; every
 // further name shares the series "_other" (a client literally named "_other" shares it too).
@@ -183,13 +190,23 @@ class Metrics {
   MetricsSnapshot snapshot() const;  // any thread
 
  private:
+  struct Histogram;
+  static LatencyHistogram load(const Histogram& h) noexcept;
   template <class F>
   void update(std::size_t lane, ClientRef c, F&& f);
 
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // clients_: inserts and snapshots
   std::vector<LaneInfo> lane_info_;
   std::vector<Series> lanes_;                    // Series is complete in metrics.cpp
-  std::map<std::string, std::unique_ptr<Series>, std::less<>> clients_;  // nodes never move
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  // Looked up once per request: hashed (a std::map compared names ~log2(clients) times).
+  // Series are heap nodes, so a ClientRef survives rehashing.
+  std::unordered_map<std::string, std::unique_ptr<Series>, NameHash, std::equal_to<>> clients_;
   std::size_t max_clients_;
   std::size_t named_clients_ = 0;  // clients with their own series (excludes "_other")
   std::chrono::steady_clock::time_point start_;

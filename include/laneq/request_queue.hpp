@@ -200,7 +200,8 @@ class RequestQueue {
   // The queue's journal (nullptr without one), e.g. for stats() or list().
   std::shared_ptr<Journal> journal() const noexcept;
 
-  // Thread-safe snapshot of the counters and latency percentiles.
+  // Snapshot of the counters and latency percentiles, from any thread, without blocking the
+  // queue; exact per counter, not one instant across counters (see Metrics).
   MetricsSnapshot metrics() const;
 
   // The limiter for `model` (its own when model_rate_limits names it, else the queue's), e.g.
