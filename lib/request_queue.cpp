@@ -255,7 +255,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void abandon() {
     stopping_ = true;
     drain_ = false;
-    intake_.drain([this](op_ptr o) { admit(o); });  // rejected: stopping_
+    intake_.drain([this, now = steady::now()](op_ptr o) { admit(o, now); });  // rejected: stopping_
     intake_.close();
     fail_unstarted();
     for (auto& w : workers_) {
@@ -317,7 +317,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void post_admit(op_ptr op) {
     if (intake_.push(op))
       detail::post(strand_, [self = shared_from_this()] {
-        self->intake_.drain([q = self.get()](op_ptr o) { q->admit(o); });
+        // One clock read per burst: its submits were all made before the drain began.
+        self->intake_.drain([q = self.get(), now = steady::now()](op_ptr o) { q->admit(o, now); });
       });
   }
 
@@ -372,8 +373,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
  private:
   // --- admission (strand) ---
 
-  void admit(op_ptr op) {
-    const auto now = steady::now();
+  void admit(op_ptr op, steady::time_point now) {
     const bool recovered = op->durable && op->durable->recovered;  // keeps its enqueue time
     if (!recovered) op->submitted_at = now;
     const auto lane = sched_.lane_index(static_cast<int>(op->options.priority));
@@ -554,7 +554,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       op->durable->earlier_attempts = rec.attempts;  // this run retries afresh
       op->submitted_at = std::min(now, to_steady(rec.enqueued_at));
       if (rec.deadline) op->deadline = to_steady(*rec.deadline);
-      admit(op);
+      admit(op, now);
     }
   }
 
