@@ -660,9 +660,12 @@ TEST_CASE("detail::post runs the function later, on the strand when given one - 
   // Not a strand inside: Asio 1.22's target<T>() does not check the type, so this must not
   // be taken for one.
   laneq::detail::post(asio::any_io_executor(io.get_executor()), record("any(io)", false));
+  laneq::detail::post(
+      asio::any_io_executor(asio::prefer(io.get_executor(), asio::execution::outstanding_work.tracked)),
+      record("any(io, tracked)", false));
   laneq::detail::post(io.get_executor(), record("io", false));
   CHECK(ran.empty());  // never inline
   io.run();
   std::sort(ran.begin(), ran.end());
-  CHECK(ran == std::vector<std::string>{"any(io)", "any(strand)", "io", "strand"});
+  CHECK(ran == std::vector<std::string>{"any(io)", "any(io, tracked)", "any(strand)", "io", "strand"});
 }

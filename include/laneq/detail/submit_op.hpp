@@ -24,6 +24,7 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 
+#include "laneq/detail/post.hpp"
 #include "laneq/detail/unique_function.hpp"
 #include "laneq/metrics.hpp"
 #include "laneq/request.hpp"
@@ -169,8 +170,8 @@ class submit_op final : public submit_op_base {
   };
 
   void post_completion(std::error_code ec, Response&& r) override {
-    asio::post(work_.get_executor(),
-               invoker{ref<submit_op>(this), ec, std::make_unique<Response>(std::move(r))});
+    detail::post(work_.get_executor(),
+                 invoker{ref<submit_op>(this), ec, std::make_unique<Response>(std::move(r))});
   }
 
   void invoke(std::error_code ec, Response&& r) {
