@@ -1110,7 +1110,7 @@ struct throw_request_error {
   using allocator_type = asio::associated_allocator_t<Handler>;
   allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(h); }
 
-  void operator()(std::error_code ec, Response r) {
+  void operator()(std::error_code ec, Response&& r) {  // && : one move less on the way
     if (ec)
       std::move(h)(std::make_exception_ptr(RequestError(ec, std::move(r))), Response{});
     else
