@@ -669,3 +669,25 @@ TEST_CASE("detail::post runs the function later, on the strand when given one - 
   std::sort(ran.begin(), ran.end());
   CHECK(ran == std::vector<std::string>{"any(io)", "any(io, tracked)", "any(strand)", "io", "strand"});
 }
+
+TEST_CASE("co_await (queue.submit(...) || timer) cancels the submit when the timer wins: the "
+          "queued request is removed and never reaches the provider",
+          "[queue][cancel]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 200ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    queue.async_submit(chat("blocker"), {}, [](auto, auto) {});  // holds the one worker
+    asio::steady_timer t(ex, 20ms);
+    auto won = co_await (queue.submit(chat("queued")) || t.async_wait(asio::use_awaitable));
+    CHECK(won.index() == 1);  // the timer
+    // The submit's own completion (cancelled) is swallowed by ||; the request is gone.
+    const auto m = queue.metrics();
+    CHECK(m.total.cancelled == 1);
+    CHECK(m.total.depth == 0);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen() == std::vector<std::string>{"blocker"});
+}
