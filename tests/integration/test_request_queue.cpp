@@ -10,6 +10,7 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/deferred.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
@@ -54,7 +55,7 @@ TEST_CASE("submit resolves with the provider's response and queue timing", "[que
   CHECK(provider.calls() == 1);
 }
 
-TEST_CASE("async_submit works with a callback, use_future, as_tuple and use_awaitable",
+TEST_CASE("async_submit works with a callback, deferred, use_future, as_tuple and use_awaitable",
           "[queue][tokens]") {
   asio::io_context io;
   laneq::SimulatedProvider provider;
@@ -74,6 +75,18 @@ TEST_CASE("async_submit works with a callback, use_future, as_tuple and use_awai
   CHECK_FALSE(ok.first);
   CHECK(ok.second == 200);
   CHECK(cb_bad.get_future().get().first == errc::unknown_lane);
+
+  // deferred: nothing happens until the operation is launched, here with a callback
+  std::promise<std::pair<std::error_code, int>> deferred_done;
+  laneq::Request kept = chat("deferred");  // an lvalue: the deferred operation keeps a copy
+  auto op = queue.async_submit(kept, {}, asio::experimental::deferred);
+  std::move(op)([&](std::error_code ec, laneq::Response r) {
+    deferred_done.set_value({ec, r.status});
+  });
+  const auto deferred_result = deferred_done.get_future().get();
+  CHECK_FALSE(deferred_result.first);
+  CHECK(deferred_result.second == 200);
+  CHECK(kept.messages.at(0).content == "deferred");
 
   // use_future
   std::future<laneq::Response> f = queue.async_submit(chat(), {}, asio::use_future);
