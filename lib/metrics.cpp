@@ -87,7 +87,9 @@ namespace {
 template <class T>
 struct counter {
   std::atomic<T> v{0};
-  void add(T d) noexcept { v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed); }
+  void add(T d) noexcept {
+    v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+  }
   T get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 

@@ -255,15 +255,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void abandon() {
     stopping_ = true;
     drain_ = false;
-    intake_.drain([this, now = steady::now()](op_ptr o) { admit(o, now); });  // rejected: stopping_
+    admit_intake();  // rejected: stopping_
     intake_.close();
     fail_unstarted();
     for (auto& w : workers_) {
-      if (w->current && w->current->st == state::in_flight) {
-        finish(w->current, errc::shutting_down, Metrics::Outcome::cancelled,
-               Metrics::From::in_flight);
-        w->signal.emit(asio::cancellation_type::terminal);
-      }
+      if (w->current && w->current->st == state::in_flight)
+        fail_call(*w, errc::shutting_down, Metrics::Outcome::cancelled);
       // The provider heard the cancel; its slot handler must not keep its call state alive
       // (which holds the worker's frame, which holds this impl) if the context never runs again.
       w->signal.slot().clear();
@@ -316,10 +313,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // strand, which admits the whole burst in order (one strand trip per burst, not per submit).
   void post_admit(op_ptr op) {
     if (intake_.push(op))
-      detail::post(strand_, [self = shared_from_this()] {
-        // One clock read per burst: its submits were all made before the drain began.
-        self->intake_.drain([q = self.get(), now = steady::now()](op_ptr o) { q->admit(o, now); });
-      });
+      detail::post(strand_, [self = shared_from_this()] { self->admit_intake(); });
   }
 
   void post_cancel(op_ptr op) {
@@ -372,6 +366,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
  private:
   // --- admission (strand) ---
+
+  // The burst of submits the intake holds. One clock read for all: they were made before the
+  // drain began.
+  void admit_intake() {
+    intake_.drain([this, now = steady::now()](op_ptr o) { admit(o, now); });
+  }
 
   void admit(op_ptr op, steady::time_point now) {
     const bool recovered = op->durable && op->durable->recovered;  // keeps its enqueue time
@@ -546,8 +546,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       } catch (const std::length_error&) {  // not from this laneq: the default client
       }
       rec.request.id = rec.id;
-      auto* op = new submit_op<durable_result_handler>(durable_result_handler{shared_from_this(), rec.id},
-                                                       std::move(rec.request), opts, executor_);
+      auto* op = new submit_op<durable_result_handler>(
+          durable_result_handler{shared_from_this(), rec.id}, std::move(rec.request), opts,
+          executor_);
       op->durable = std::make_unique<durable_state>();
       op->durable->row = rec.row;
       op->durable->recovered = true;
@@ -776,20 +777,23 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     ++op->attempts;
     lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
     // Parsed once: the limiter adopts the server's view, the retry policy reads retry-after.
-    const auto info = resp.headers.empty()
-                          ? RateLimitInfo{}
-                          : parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
+    const auto info =
+        resp.headers.empty()
+            ? RateLimitInfo{}
+            : parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
     lim.observe(info);
     if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
     resp.attempts = op->attempts;
-    if (!ec) return finish(op, ec, Metrics::Outcome::succeeded, Metrics::From::in_flight, std::move(resp));
+    if (!ec)
+      return finish(op, ec, Metrics::Outcome::succeeded, Metrics::From::in_flight, std::move(resp));
     if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
         ec == errc::overloaded)
       metrics_.rate_limited(op->lane, op->client_ref);
     const auto d = decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01());
     if (d.pause_all) lim.pause_for(d.delay);  // one pause for every worker
-    if (!d.retry) return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
+    if (!d.retry)
+      return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
     const auto at = steady::now() + d.delay;
     if (at >= op->deadline) {  // the retry could not finish in time: fail now, with the cause
       op->timed_out = true;
@@ -937,8 +941,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       if (!op || op->st != state::in_flight) continue;
       if (op->deadline <= now) {
         op->timed_out = true;
-        finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::in_flight);
-        w->signal.emit(asio::cancellation_type::terminal);
+        fail_call(*w, errc::timeout, Metrics::Outcome::expired);
       } else {
         next = std::min(next, op->deadline);
       }
@@ -989,12 +992,16 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       auto* op = reinterpret_cast<op_ptr>(item->payload);
       finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::queued);
     }
-    for (auto& w : workers_) {
-      if (!w->acquiring || w->current->st != state::in_flight) continue;
-      finish(w->current, errc::shutting_down, Metrics::Outcome::cancelled,
-             Metrics::From::in_flight);
-      w->signal.emit(asio::cancellation_type::terminal);
-    }
+    for (auto& w : workers_)
+      if (w->acquiring && w->current->st == state::in_flight)
+        fail_call(*w, errc::shutting_down, Metrics::Outcome::cancelled);
+  }
+
+  // The worker's request ends now; its limiter wait or provider call is aborted (the worker
+  // finds the request resolved when it resumes).
+  void fail_call(worker& w, errc e, Metrics::Outcome outcome) {
+    finish(w.current, e, outcome, Metrics::From::in_flight);
+    w.signal.emit(asio::cancellation_type::terminal);
   }
 
   void check_shutdown() {
@@ -1123,7 +1130,8 @@ struct throw_request_error {
 asio::awaitable<Response> RequestQueue::submit(Request request, SubmitOptions options) {
   return asio::async_initiate<const asio::use_awaitable_t<>&, void(std::exception_ptr, Response)>(
       [this](auto handler, Request&& req, const SubmitOptions& opts) {
-        async_submit(std::move(req), opts, throw_request_error<decltype(handler)>{std::move(handler)});
+        async_submit(std::move(req), opts,
+                     throw_request_error<decltype(handler)>{std::move(handler)});
       },
       asio::use_awaitable, std::move(request), options);
 }

@@ -137,7 +137,8 @@ class RequestQueue {
     return asio::async_initiate<CompletionToken, void(std::error_code, Response)>(
         [this](auto handler, auto&& req, const SubmitOptions& opts) {
           using op_type = detail::submit_op<std::decay_t<decltype(handler)>>;
-          auto* op = new op_type(std::move(handler), std::forward<decltype(req)>(req), opts, executor_);
+          auto* op =
+              new op_type(std::move(handler), std::forward<decltype(req)>(req), opts, executor_);
           op->install_cancellation(impl_);
           detail::queue_admit(impl_.get(), op);
         },

@@ -39,7 +39,8 @@ void post(const Executor& ex, F&& f) {
 #if !defined(ASIO_NO_TYPEID)
     // target<T>() does not check the type in Asio 1.22: target_type() does.
     const std::type_info& t = ex.target_type();
-    if (t == typeid(strand_type)) return detail::post(*ex.template target<strand_type>(), std::forward<F>(f));
+    if (t == typeid(strand_type))
+      return detail::post(*ex.template target<strand_type>(), std::forward<F>(f));
     if (t == typeid(io_type)) return asio::post(*ex.template target<io_type>(), std::forward<F>(f));
     if (t == typeid(io_tracked_type))
       return asio::post(*ex.template target<io_tracked_type>(), std::forward<F>(f));
