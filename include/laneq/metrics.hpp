@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "laneq/detail/string_hash.hpp"
+
 namespace laneq {
 
 // HDR-style histogram over microseconds: values below 8 us are exact (1 us buckets), above that
@@ -198,15 +200,10 @@ class Metrics {
   mutable std::mutex mu_;  // clients_: inserts and snapshots
   std::vector<LaneInfo> lane_info_;
   std::vector<Series> lanes_;                    // Series is complete in metrics.cpp
-  struct NameHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
   // Looked up once per request: hashed (a std::map compared names ~log2(clients) times).
   // Series are heap nodes, so a ClientRef survives rehashing.
-  std::unordered_map<std::string, std::unique_ptr<Series>, NameHash, std::equal_to<>> clients_;
+  std::unordered_map<std::string, std::unique_ptr<Series>, detail::string_hash, std::equal_to<>>
+      clients_;
   std::size_t max_clients_;
   std::size_t named_clients_ = 0;  // clients with their own series (excludes "_other")
   std::chrono::steady_clock::time_point start_;

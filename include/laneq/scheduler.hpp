@@ -27,6 +27,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "laneq/detail/string_hash.hpp"
+
 namespace laneq {
 
 using Clock = std::chrono::steady_clock;
@@ -183,13 +185,8 @@ class Scheduler {
   std::vector<std::uint32_t> heap_;        // explicit-deadline items (slots), min-heap
   std::vector<Client> clients_;
   std::vector<std::uint32_t> free_clients_;
-  struct NameHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
-  using NameMap = std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>>;
+  using NameMap =
+      std::unordered_map<std::string, std::uint32_t, detail::string_hash, std::equal_to<>>;
   NameMap clients_by_name_;
   NameMap weights_;
   std::size_t idle_clients_ = 0;
