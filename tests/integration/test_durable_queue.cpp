@@ -48,6 +48,7 @@ using laneq::test::list_wait;
 using laneq::test::lookup_wait;
 using laneq::test::RecordingProvider;
 using laneq::test::run;
+using laneq::test::run_until;
 using laneq::test::TempDir;
 using steady = std::chrono::steady_clock;
 using ids = std::vector<std::string>;
@@ -152,16 +153,6 @@ class ManualProvider final : public laneq::Provider {
   std::vector<std::string> ids_;
   std::vector<Call> open_;
 };
-
-// Runs `io` until `done()` holds; bounded, so that a hang fails the test instead of timing out.
-void run_until(asio::io_context& io, const std::function<bool()>& done) {
-  const auto until = steady::now() + 30s;
-  while (!done()) {
-    REQUIRE(steady::now() < until);
-    if (io.stopped()) io.restart();
-    io.run_one_for(10ms);
-  }
-}
 
 // One run of a program on a journal: an io_context, a RecordingProvider and a queue whose
 // on_durable_result goes to `reports`.

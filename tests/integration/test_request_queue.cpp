@@ -30,6 +30,7 @@ using laneq::Priority;
 using laneq::test::chat;
 using laneq::test::RecordingProvider;
 using laneq::test::run;
+using laneq::test::run_until;
 
 namespace {
 
@@ -555,16 +556,6 @@ TEST_CASE("metrics count every request once and export as JSON and Prometheus te
 }
 
 // --- destroying a queue that still holds work (no thread runs the io_context meanwhile) ---
-
-namespace {
-
-// Runs handlers one at a time until `ready` holds (the loop stays ours in between).
-template <class Pred>
-void run_until(asio::io_context& io, Pred ready) {
-  while (!ready()) REQUIRE(io.run_one() > 0);
-}
-
-}  // namespace
 
 TEST_CASE("destroying a queue completes every request it holds with shutting_down - waiting, "
           "queued, in flight, awaited by a coroutine - and aborts the calls in flight",

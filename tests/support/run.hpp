@@ -1,6 +1,10 @@
 #pragma once
-// Test helpers: run a coroutine to completion on an io_context and rethrow its exception.
+// Test helpers: run a coroutine to completion on an io_context and rethrow its exception; run
+// an io_context until a condition holds.
+#include <chrono>
 #include <exception>
+#include <functional>
+#include <stdexcept>
 #include <utility>
 
 #include <asio/co_spawn.hpp>
@@ -21,6 +25,19 @@ void run(asio::io_context& io, MakeAwaitable&& make) {
   io.run();
   if (error) std::rethrow_exception(error);
   if (!finished) throw std::runtime_error("test coroutine did not finish (io ran out of work)");
+}
+
+// Runs `io` a handler at a time until `done()` holds, so the loop is the caller's in between
+// (e.g. to destroy a queue while nothing runs it). Bounded: a hang throws after 30 s instead of
+// timing the test out.
+inline void run_until(asio::io_context& io, const std::function<bool()>& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until)
+      throw std::runtime_error("run_until: the condition did not hold within 30 s");
+    if (io.stopped()) io.restart();
+    io.run_one_for(std::chrono::milliseconds(10));
+  }
 }
 
 inline Request chat(std::string text = "hello", std::int32_t max_tokens = 32) {
