@@ -2,8 +2,8 @@
 // (fixed seed), 100 clients, 8 workers, an immediate no-op call (SimulatedProvider, latency 0).
 //   preload: submit everything with a callback token on one thread, then drain
 //   stream:  100 caller coroutines on one thread, each awaiting submit() in a loop
-// Prints one JSON line: req/s, bytes per queued request (heap growth while all are queued,
-// beyond the Request payloads themselves), peak RSS.
+// Prints one JSON line: req/s, bytes per queued request (resident memory growth while all are
+// queued, beyond the Request payloads themselves), peak RSS.
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   std::chrono::steady_clock::time_point t0;
 
   if (mode == "preload") {
-    const auto heap0 = heap_in_use();
+    const auto rss0 = resident_bytes();
     t0 = std::chrono::steady_clock::now();
     for (auto& j : jobs)
       queue.async_submit(std::move(j.request), std::move(j.options),
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
                            if (++done == n) queue.async_shutdown({}, [](std::error_code) {});
                          });
     io.poll();  // everything admitted and queued, nothing started
-    bytes_per_request = static_cast<double>(heap_in_use() - heap0) / static_cast<double>(n);
+    bytes_per_request = static_cast<double>(resident_bytes() - rss0) / static_cast<double>(n);
     queue.start();
     io.run();
   } else {
@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Bytes per queued request are measured where everything is queued at once (preload):
-  // heap growth per request, and that minus the caller's payload the queue holds by value
+  // resident memory growth per request (every page the queue touched: ops, scheduler nodes,
+  // intake), and that minus the caller's payload the queue holds by value
   // (sizeof Request + SubmitOptions; the payload's own heap blocks existed before and are moved).
   const long payload = static_cast<long>(sizeof(laneq::Request) + sizeof(laneq::SubmitOptions));
   const bool pre = mode == "preload";

@@ -166,6 +166,48 @@ class strand_inbox {
   std::vector<T> running_;  // strand only
 };
 
+// Submits from any thread, linked through the ops themselves (submit_op_base::wait.next): only
+// the first of a burst posts, and the strand admits the whole burst in order. No vector to grow
+// and keep: a queued request costs no intake memory.
+class op_intake {
+ public:
+  // True when this op started a burst: the caller posts one drain.
+  bool push(op_ptr op) {
+    op->wait = {nullptr, nullptr};
+    std::lock_guard lock(mu_);
+    if (closed_) return false;
+    (tail_ ? tail_->wait.next : head_) = op;
+    tail_ = op;
+    return head_ == op;
+  }
+  template <class F>
+  void drain(F&& each) {  // strand only
+    op_ptr op;
+    {
+      std::lock_guard lock(mu_);
+      op = std::exchange(head_, nullptr);
+      tail_ = nullptr;
+    }
+    while (op) {
+      // Read before admission: it reuses the links, and a completion it posts may run (and
+      // free the op) on another thread.
+      op_ptr next = op->wait.next;
+      each(op);
+      op = next;
+    }
+  }
+  void close() {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+  }
+
+ private:
+  std::mutex mu_;
+  bool closed_ = false;    // guarded by mu_
+  op_ptr head_ = nullptr;  // guarded by mu_
+  op_ptr tail_ = nullptr;  // guarded by mu_
+};
+
 struct worker {
   int index = 0;
   bool reserved = false;
@@ -385,7 +427,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       op->complete(errc::unknown_lane, Response{});
       return;
     }
-    op->lane = lane;
+    op->lane = static_cast<std::uint16_t>(lane);
     op->client_ref = metrics_.client(op->options.client);
     metrics_.submitted(lane, op->client_ref);
     if (op->cancel_requested) {  // cancelled before it reached the strand
@@ -435,9 +477,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       if (lane_when_full_[op->lane] == WhenFull::reject && !op->durable)
         return reject(op, errc::queue_full);
       op->st = state::waiting;
-      op->wprev = wait_tail_;
-      op->wnext = nullptr;
-      (wait_tail_ ? wait_tail_->wnext : wait_head_) = op;
+      op->wait = {wait_tail_, nullptr};
+      (wait_tail_ ? wait_tail_->wait.next : wait_head_) = op;
       wait_tail_ = op;
       metrics_.waiting(op->lane, op->client_ref);
       if (op->deadline != never) {
@@ -600,9 +641,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   void unlink_waiting(op_ptr op) {
-    (op->wprev ? op->wprev->wnext : wait_head_) = op->wnext;
-    (op->wnext ? op->wnext->wprev : wait_tail_) = op->wprev;
-    op->wprev = op->wnext = nullptr;
+    (op->wait.prev ? op->wait.prev->wait.next : wait_head_) = op->wait.next;
+    (op->wait.next ? op->wait.next->wait.prev : wait_tail_) = op->wait.prev;
+    op->wait = {nullptr, nullptr};
     if (op->deadline != never) wait_deadlines_.erase({op->deadline, op});
   }
 
@@ -1039,7 +1080,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   QueueConfig cfg_;
   CallExecutor strand_;
-  strand_inbox<op_ptr> intake_;
+  op_intake intake_;
   Provider& provider_;
   Scheduler sched_;
   Metrics metrics_;

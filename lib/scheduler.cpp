@@ -119,17 +119,14 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
 
   // deadline
   if (a.deadline) {
-    n.deadline = *a.deadline;
     n.deadline_kind = explicit_deadline;
     n.dl_prev = static_cast<std::uint32_t>(heap_.size());
-    heap_.push_back(slot);
+    heap_.push_back({*a.deadline, slot});
     heap_up(heap_.size() - 1);
   } else if (lane.spec.timeout.count() > 0) {
-    n.deadline = a.enqueued_at + lane.spec.timeout;
     n.deadline_kind = lane_deadline;
     insert_by_seq(slot, lane.dl_head, lane.dl_tail, &Node::dl_prev, &Node::dl_next);
   } else {
-    n.deadline = TimePoint::max();
     n.deadline_kind = no_deadline;
   }
   ++size_;
@@ -193,7 +190,7 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
   Node& n = nodes_[slot];
   Lane& lane = lanes_[n.lane];
   Item item{id_of(slot), n.payload, n.lane, n.enqueued_at, std::nullopt, n.seq};
-  if (n.deadline_kind != no_deadline) item.deadline = n.deadline;
+  if (n.deadline_kind != no_deadline) item.deadline = deadline_of(slot);
 
   if (n.lane_prev != npos) nodes_[n.lane_prev].lane_next = n.lane_next; else lane.head = n.lane_next;
   if (n.lane_next != npos) nodes_[n.lane_next].lane_prev = n.lane_prev; else lane.tail = n.lane_prev;
@@ -290,11 +287,20 @@ std::optional<Scheduler::Item> Scheduler::remove(ItemId id) {
   return unlink(slot);
 }
 
+TimePoint Scheduler::deadline_of(std::uint32_t slot) const noexcept {
+  const Node& n = nodes_[slot];
+  switch (n.deadline_kind) {
+    case lane_deadline: return n.enqueued_at + lanes_[n.lane].spec.timeout;
+    case explicit_deadline: return heap_[n.dl_prev].deadline;
+    default: return TimePoint::max();
+  }
+}
+
 std::optional<TimePoint> Scheduler::next_deadline() const {
   TimePoint best = TimePoint::max();
-  if (!heap_.empty()) best = nodes_[heap_.front()].deadline;
+  if (!heap_.empty()) best = heap_.front().deadline;
   for (const Lane& lane : lanes_)
-    if (lane.dl_head != npos) best = std::min(best, nodes_[lane.dl_head].deadline);
+    if (lane.dl_head != npos) best = std::min(best, deadline_of(lane.dl_head));
   if (best == TimePoint::max()) return std::nullopt;
   return best;
 }
@@ -303,13 +309,13 @@ std::optional<Scheduler::Item> Scheduler::pop_expired(TimePoint now) {
   std::uint32_t slot = npos;
   TimePoint best = TimePoint::max();
   if (!heap_.empty()) {
-    slot = heap_.front();
-    best = nodes_[slot].deadline;
+    slot = heap_.front().slot;
+    best = heap_.front().deadline;
   }
   for (const Lane& lane : lanes_)
-    if (lane.dl_head != npos && nodes_[lane.dl_head].deadline < best) {
+    if (lane.dl_head != npos && deadline_of(lane.dl_head) < best) {
       slot = lane.dl_head;
-      best = nodes_[slot].deadline;
+      best = deadline_of(slot);
     }
   if (slot == npos || best > now) return std::nullopt;
   return unlink(slot);
@@ -327,48 +333,45 @@ std::size_t Scheduler::client_size(std::string_view client) const {
   return it == clients_by_name_.end() ? 0 : clients_[it->second].pending;
 }
 
-// --- explicit-deadline min-heap; a node's heap position lives in dl_prev ---
+// --- explicit-deadline min-heap of {deadline, slot}; a node's heap position lives in dl_prev ---
 
-void Scheduler::heap_set(std::size_t pos, std::uint32_t slot) {
-  heap_[pos] = slot;
-  nodes_[slot].dl_prev = static_cast<std::uint32_t>(pos);
+void Scheduler::heap_set(std::size_t pos, HeapEntry e) {
+  heap_[pos] = e;
+  nodes_[e.slot].dl_prev = static_cast<std::uint32_t>(pos);
 }
 
 void Scheduler::heap_up(std::size_t pos) {
-  const std::uint32_t slot = heap_[pos];
-  const TimePoint key = nodes_[slot].deadline;
+  const HeapEntry e = heap_[pos];
   while (pos > 0) {
     const std::size_t parent = (pos - 1) / 2;
-    if (nodes_[heap_[parent]].deadline <= key) break;
+    if (heap_[parent].deadline <= e.deadline) break;
     heap_set(pos, heap_[parent]);
     pos = parent;
   }
-  heap_set(pos, slot);
+  heap_set(pos, e);
 }
 
 void Scheduler::heap_down(std::size_t pos) {
-  const std::uint32_t slot = heap_[pos];
-  const TimePoint key = nodes_[slot].deadline;
+  const HeapEntry e = heap_[pos];
   const std::size_t n = heap_.size();
   for (;;) {
     std::size_t child = 2 * pos + 1;
     if (child >= n) break;
-    if (child + 1 < n && nodes_[heap_[child + 1]].deadline < nodes_[heap_[child]].deadline)
-      ++child;
-    if (key <= nodes_[heap_[child]].deadline) break;
+    if (child + 1 < n && heap_[child + 1].deadline < heap_[child].deadline) ++child;
+    if (e.deadline <= heap_[child].deadline) break;
     heap_set(pos, heap_[child]);
     pos = child;
   }
-  heap_set(pos, slot);
+  heap_set(pos, e);
 }
 
 void Scheduler::heap_erase(std::size_t pos) {
-  const std::uint32_t last = heap_.back();
+  const HeapEntry last = heap_.back();
   heap_.pop_back();
   if (pos == heap_.size()) return;
   heap_set(pos, last);
   heap_up(pos);
-  heap_down(nodes_[last].dl_prev);
+  heap_down(nodes_[last.slot].dl_prev);
 }
 
 }  // namespace laneq

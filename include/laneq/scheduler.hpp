@@ -123,10 +123,11 @@ class Scheduler {
   std::size_t max_pending() const noexcept { return cfg_.max_pending; }
 
  private:
+  // One cache line: every queued request has one. Its deadline is not stored: a lane default is
+  // enqueued_at + the lane's timeout, an explicit one lives in its heap entry.
   struct Node {
     std::uint64_t seq;
     TimePoint enqueued_at;
-    TimePoint deadline;
     std::uint64_t payload;
     std::uint32_t gen = 1;
     std::uint32_t client = npos;          // npos = free slot
@@ -136,6 +137,11 @@ class Scheduler {
     std::uint32_t dl_prev, dl_next;       // lane-default deadline list (or heap_pos in dl_prev)
     std::uint16_t lane;
     std::uint8_t deadline_kind;           // 0 none, 1 lane default (list), 2 explicit (heap)
+  };
+  static_assert(sizeof(Node) == 64);
+  struct HeapEntry {
+    TimePoint deadline;
+    std::uint32_t slot;
   };
   struct ClientLane {
     std::uint32_t head = npos, tail = npos;
@@ -166,7 +172,8 @@ class Scheduler {
   void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail,
                      std::uint32_t Node::*prev, std::uint32_t Node::*next);
   void ring_erase(std::size_t lane, std::uint32_t client);
-  void heap_set(std::size_t pos, std::uint32_t slot);  // heap_[pos] = slot, kept in its dl_prev
+  TimePoint deadline_of(std::uint32_t slot) const noexcept;  // max() when it has none
+  void heap_set(std::size_t pos, HeapEntry e);  // heap_[pos] = e, pos kept in its node's dl_prev
   void heap_up(std::size_t pos);
   void heap_down(std::size_t pos);
   void heap_erase(std::size_t pos);
@@ -182,7 +189,7 @@ class Scheduler {
   std::uint64_t aging_mask_ = 0;
   std::vector<Node> nodes_;
   std::uint32_t free_head_ = npos;         // free nodes, linked through lane_next
-  std::vector<std::uint32_t> heap_;        // explicit-deadline items (slots), min-heap
+  std::vector<HeapEntry> heap_;            // explicit-deadline items, min-heap
   std::vector<Client> clients_;
   std::vector<std::uint32_t> free_clients_;
   using NameMap =

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/deferred.hpp>
 #include <asio/detached.hpp>
@@ -521,6 +522,34 @@ TEST_CASE("workers keep io_context::run busy until shutdown, which returns at on
   queue.async_shutdown({}, [](std::error_code) {});
   io.run();  // a deadline timer left armed (normal lane: 2 min) would hang here
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("a pending submit keeps its handler's io_context busy until the handler has run",
+          "[queue][executor]") {
+  asio::io_context io;     // the queue's
+  asio::io_context other;  // the handler's
+  laneq::SimulatedProvider provider({.latency = 0ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  bool called = false;
+  std::thread::id ran_on;
+  queue.async_submit(chat(), {}, asio::bind_executor(other, [&](std::error_code ec, auto) {
+                       CHECK_FALSE(ec);
+                       called = true;
+                       ran_on = std::this_thread::get_id();
+                     }));
+  // Nothing else is pending on `other`: only the submit's tracked work keeps it from stopping.
+  CHECK(other.poll() == 0);
+  CHECK_FALSE(other.stopped());
+  queue.start();
+  io.run_for(200ms);
+  CHECK_FALSE(called);      // the completion waits on `other`, not on the queue's loop
+  CHECK(other.run() == 1);  // runs the handler, then the work is gone and run() returns
+  CHECK(called);
+  CHECK(ran_on == std::this_thread::get_id());
+  CHECK(other.stopped());
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.restart();
+  io.run();
 }
 
 TEST_CASE("metrics count every request once and export as JSON and Prometheus text",

@@ -9,7 +9,7 @@
 //    does neither.
 //  - an io_context executor inside an any_io_executor (a caller's handler by default): posted
 //    to the concrete executor, the three prefer() calls are bit operations instead of three
-//    type-erased copies.
+//    type-erased copies; a tracked one is posted untracked (its copies would each count work).
 // The function's associated allocator is kept. Other executors go through asio::post.
 #include <type_traits>
 #include <typeinfo>
@@ -42,8 +42,11 @@ void post(const Executor& ex, F&& f) {
     if (t == typeid(strand_type))
       return detail::post(*ex.template target<strand_type>(), std::forward<F>(f));
     if (t == typeid(io_type)) return asio::post(*ex.template target<io_type>(), std::forward<F>(f));
-    if (t == typeid(io_tracked_type))
-      return asio::post(*ex.template target<io_tracked_type>(), std::forward<F>(f));
+    if (t == typeid(io_tracked_type))  // the posted function counts as work by itself; every
+      // copy of a tracked executor (asio::post makes three) is an atomic add and subtract
+      return asio::post(asio::require(*ex.template target<io_tracked_type>(),
+                                      asio::execution::outstanding_work.untracked),
+                        std::forward<F>(f));
 #endif
     asio::post(ex, std::forward<F>(f));
   } else {
