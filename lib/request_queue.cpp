@@ -213,7 +213,10 @@ struct worker {
   bool reserved = false;
   op_ptr current = nullptr;
   bool acquiring = false;  // `current` waits on the rate limiter: no call made yet
-  Response result;  // the provider's answer lands here; only the error code travels the resume
+  // The provider's answer, for the worker's resume (only the error code travels it): the
+  // provider's own Response when the worker resumes inside the completion, else `result`.
+  Response* answer = nullptr;
+  Response result;
   asio::cancellation_signal signal;
   unique_function<void(op_ptr)> parked;
 };
@@ -760,8 +763,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
             std::tie(ec) = co_await call_provider(w, op);
           } catch (...) {
             ec = errc::internal;
+            w.result = Response{};
+            w.answer = &w.result;
           }
-          end_attempt(op, lim, ticket, estimate, ec, w.result);
+          end_attempt(op, lim, ticket, estimate, ec, *std::exchange(w.answer, nullptr));
         }
         w.current = nullptr;
       }
@@ -787,7 +792,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         op->durable->started_attempts);
   }
 
-  // The provider's answer lands in w.result; only the error code travels the resume.
+  // The provider's answer is left at w.answer; only the error code travels the resume.
   strand_awaitable<std::tuple<std::error_code>> call_provider(worker& w, op_ptr op) {
     auto token = asio::experimental::as_tuple(on_strand);
     return asio::async_initiate<decltype(token), void(std::error_code)>(
@@ -796,16 +801,21 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
               op->request, CallContext{strand_, w.signal.slot(), op->deadline},
               CallCompletion([h = std::move(handler), &w](std::error_code e, Response&& r) mutable {
                 // The worker is suspended on exactly this completion: nobody else touches
-                // w.result until the worker resumes on the strand.
-                w.result = std::move(r);
+                // w.answer until the worker resumes on the strand.
                 auto ex = asio::get_associated_executor(h);
                 // Already on the strand (a provider that posts to ctx.executor, as ours do):
                 // resume at once. dispatch() would too, after querying the strand's inner
-                // any_io_executor for its blocking property, which allocates.
-                if (ex.running_in_this_thread())
+                // any_io_executor for its blocking property, which allocates. The worker runs
+                // inside this call up to its next co_await, which comes after it has used the
+                // answer: the provider's Response is read where it is, not moved.
+                if (ex.running_in_this_thread()) {
+                  w.answer = &r;
                   std::move(h)(e);
-                else
+                } else {
+                  w.result = std::move(r);
+                  w.answer = &w.result;
                   asio::dispatch(ex, asio::detail::bind_handler(std::move(h), e));
+                }
               }));
         },
         token);
@@ -1169,12 +1179,18 @@ struct throw_request_error {
 }  // namespace
 
 asio::awaitable<Response> RequestQueue::submit(Request request, SubmitOptions options) {
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(std::exception_ptr, Response)>(
-      [this](auto handler, Request&& req, const SubmitOptions& opts) {
-        async_submit(std::move(req), opts,
-                     throw_request_error<decltype(handler)>{std::move(handler)});
+  using signature = void(std::exception_ptr, Response);
+  using awaitable_handler = asio::async_result<asio::use_awaitable_t<>, signature>::handler_type;
+  using op_type = detail::submit_op<throw_request_error<awaitable_handler>>;
+  // The request moves into its op here, once: as an argument of async_initiate it would wait in
+  // the awaitable's frame until co_await, two more moves of its strings, json and function.
+  typename op_type::unbound_ptr op(new op_type(std::move(request), options));
+  return asio::async_initiate<const asio::use_awaitable_t<>&, signature>(
+      [this](awaitable_handler handler, typename op_type::unbound_ptr&& op) {
+        op->bind(throw_request_error<awaitable_handler>{std::move(handler)}, executor_);
+        admit(op.release());
       },
-      asio::use_awaitable, std::move(request), options);
+      asio::use_awaitable, std::move(op));
 }
 
 asio::awaitable<void> RequestQueue::shutdown(ShutdownOptions options) {

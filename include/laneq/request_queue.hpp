@@ -137,10 +137,7 @@ class RequestQueue {
     return asio::async_initiate<CompletionToken, void(std::error_code, Response)>(
         [this](auto handler, auto&& req, const SubmitOptions& opts) {
           using op_type = detail::submit_op<std::decay_t<decltype(handler)>>;
-          auto* op =
-              new op_type(std::move(handler), std::forward<decltype(req)>(req), opts, executor_);
-          op->install_cancellation(impl_);
-          detail::queue_admit(impl_.get(), op);
+          admit(new op_type(std::move(handler), std::forward<decltype(req)>(req), opts, executor_));
         },
         token, std::move(request), std::move(options));
   }
@@ -216,6 +213,11 @@ class RequestQueue {
   const QueueConfig& config() const noexcept;
 
  private:
+  template <class Op>
+  void admit(Op* op) {
+    op->install_cancellation(impl_);
+    detail::queue_admit(impl_.get(), op);
+  }
   // A handler invoked from the strand or another thread, posted to its own executor.
   template <class... Values, class Handler>
   auto wrap_on_associated_executor(Handler h) {

@@ -127,6 +127,29 @@ TEST_CASE("async_submit works with a callback, deferred, use_future, as_tuple an
   CHECK(thrown == errc::unknown_lane);
 }
 
+TEST_CASE("submit() queues nothing until its awaitable is awaited; one dropped unawaited is freed",
+          "[queue][awaitable]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 0ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    {
+      auto dropped = queue.submit(chat(), {.client = "dropped"});  // holds its request: freed here
+    }
+    auto later = queue.submit(chat("kept"), {.client = "kept"});
+    asio::steady_timer t(co_await asio::this_coro::executor, 5ms);
+    co_await t.async_wait(asio::use_awaitable);
+    CHECK(provider.calls() == 0);  // created is not started
+    CHECK(queue.metrics().total.submitted == 0);
+    laneq::Response r = co_await std::move(later);
+    CHECK(r.status == 200);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 1);
+  CHECK(queue.metrics().total.submitted == 1);
+}
+
 TEST_CASE("with one worker, requests start in strict priority order, FIFO within a lane",
           "[queue][order]") {
   asio::io_context io;

@@ -167,21 +167,42 @@ class submit_op final : public submit_op_base {
  public:
   using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
 
+  // async_submit: the handler is there at once.
   template <class R>
   submit_op(Handler h, R&& r, const SubmitOptions& o, const asio::any_io_executor& io_ex)
-      : submit_op_base(std::forward<R>(r), o),
-        handler_(std::move(h)),
-        work_(asio::get_associated_executor(handler_, io_ex)) {}
+      : submit_op_base(std::forward<R>(r), o) {
+    bind(std::move(h), io_ex);
+  }
+
+  // submit(): the op, and the Request moved into it once, exist before the handler, which comes
+  // when the awaitable is co_awaited. Until bind(), only an unbound_ptr may end it.
+  template <class R>
+  submit_op(R&& r, const SubmitOptions& o) : submit_op_base(std::forward<R>(r), o) {}
+  struct unbound_deleter {
+    void operator()(submit_op* op) const noexcept { delete op; }
+  };
+  using unbound_ptr = std::unique_ptr<submit_op, unbound_deleter>;
+
+  void bind(Handler h, const asio::any_io_executor& io_ex) {
+    ::new (static_cast<void*>(&b_)) bound(std::move(h), io_ex);
+  }
 
   // Cancellation: installed in the caller's slot at initiation; it only forwards to the strand.
   // It shares the queue's state: a cancel may come after the RequestQueue was destroyed (which
   // completes the op, but its handler has not run yet).
   void install_cancellation(const std::shared_ptr<queue_impl>& q) {
-    auto slot = asio::get_associated_cancellation_slot(handler_);
+    auto slot = asio::get_associated_cancellation_slot(b_.handler);
     if (slot.is_connected()) slot.template emplace<canceller>(q, this);
   }
 
  private:
+  struct bound {
+    bound(Handler h, const asio::any_io_executor& io_ex)
+        : handler(std::move(h)), work(asio::get_associated_executor(handler, io_ex)) {}
+    Handler handler;
+    handler_work<executor_type> work;
+  };
+
   struct canceller {
     std::shared_ptr<queue_impl> q;
     submit_op_base* op;
@@ -203,30 +224,35 @@ class submit_op final : public submit_op_base {
     std::unique_ptr<Response> response;
     using allocator_type = asio::associated_allocator_t<Handler>;
     allocator_type get_allocator() const noexcept {
-      return asio::get_associated_allocator(op->handler_);
+      return asio::get_associated_allocator(op->b_.handler);
     }
     void operator()() { op.release()->invoke(ec, std::move(*response)); }
   };
 
   void post_completion(std::error_code ec, Response&& r) override {
-    detail::post(work_.get_executor(),
+    detail::post(b_.work.get_executor(),
                  invoker{ref<submit_op>(this), ec, std::make_unique<Response>(std::move(r))});
   }
 
   void invoke(std::error_code ec, Response&& r) {
-    auto slot = asio::get_associated_cancellation_slot(handler_);
+    auto slot = asio::get_associated_cancellation_slot(b_.handler);
     if (slot.is_connected()) slot.clear();
-    Handler h(std::move(handler_));
-    auto work = std::move(work_);  // keep the context busy until the handler has run
+    Handler h(std::move(b_.handler));
+    auto work = std::move(b_.work);  // keep the context busy until the handler has run
     const bool call = deliver_result;
-    release();                     // may delete this
+    release();                       // may delete this
     if (call) std::move(h)(ec, std::move(r));
   }
 
-  void destroy() noexcept override { delete this; }
+  ~submit_op() override {}  // b_ is destroyed by destroy(); an unbound op never had one
+  void destroy() noexcept override {
+    b_.~bound();
+    delete this;
+  }
 
-  Handler handler_;
-  handler_work<executor_type> work_;
+  union {
+    bound b_;  // from bind()
+  };
 };
 
 }  // namespace laneq::detail
