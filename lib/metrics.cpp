@@ -102,14 +102,23 @@ struct Metrics::Histogram {
   counter<std::int64_t> min_ns{}, max_ns{};
   std::atomic<double> sum_s{0};
 
-  void record(std::chrono::nanoseconds d) noexcept {
-    const std::int64_t ns = std::max<std::int64_t>(d.count(), 0);
-    buckets[bucket_of(static_cast<std::uint64_t>(ns) / 1000)].add(1);
+  // A value prepared once for the two histograms it goes to (the lane's and the client's).
+  struct sample {
+    explicit sample(std::chrono::nanoseconds d) noexcept
+        : ns(std::max<std::int64_t>(d.count(), 0)),
+          bucket(bucket_of(static_cast<std::uint64_t>(ns) / 1000)),
+          seconds(static_cast<double>(ns) * 1e-9) {}
+    std::int64_t ns;
+    std::size_t bucket;
+    double seconds;
+  };
+
+  void record(const sample& x) noexcept {
+    buckets[x.bucket].add(1);
     const auto n = count.get();
-    if (n == 0 || ns < min_ns.get()) min_ns.v.store(ns, std::memory_order_relaxed);
-    if (ns > max_ns.get()) max_ns.v.store(ns, std::memory_order_relaxed);
-    sum_s.store(sum_s.load(std::memory_order_relaxed) + static_cast<double>(ns) * 1e-9,
-                std::memory_order_relaxed);
+    if (n == 0 || x.ns < min_ns.get()) min_ns.v.store(x.ns, std::memory_order_relaxed);
+    if (x.ns > max_ns.get()) max_ns.v.store(x.ns, std::memory_order_relaxed);
+    sum_s.store(sum_s.load(std::memory_order_relaxed) + x.seconds, std::memory_order_relaxed);
     count.v.store(n + 1, std::memory_order_release);  // the buckets before it, for load()
   }
 };
@@ -239,9 +248,10 @@ void Metrics::enqueued(std::size_t lane, ClientRef c, bool was_waiting) {
 }
 
 void Metrics::started(std::size_t lane, ClientRef c, std::chrono::nanoseconds queue_wait) {
+  const Histogram::sample wait(queue_wait);
   update(lane, c, [&](Series& s) {
     s.depth.add(-1), s.in_flight.add(1), s.started.add(1);
-    s.latency().wait.record(queue_wait);
+    s.latency().wait.record(wait);
   });
 }
 
@@ -254,11 +264,13 @@ void Metrics::rate_limited(std::size_t lane, ClientRef c) {
 }
 
 void Metrics::limiter_wait(std::size_t lane, ClientRef c, std::chrono::nanoseconds d) {
-  update(lane, c, [&](Series& s) { s.latency().limiter.record(d); });
+  const Histogram::sample wait(d);
+  update(lane, c, [&](Series& s) { s.latency().limiter.record(wait); });
 }
 
 void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
                        std::chrono::nanoseconds service_time) {
+  const Histogram::sample service(service_time);
   update(lane, c, [&](Series& s) {
     switch (o) {
       case Outcome::succeeded: s.succeeded.add(1); break;
@@ -271,7 +283,7 @@ void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
       case From::queued: s.depth.add(-1); break;
       case From::in_flight:
         s.in_flight.add(-1);
-        s.latency().service.record(service_time);
+        s.latency().service.record(service);
         break;
     }
   });

@@ -37,16 +37,18 @@ void post(const Executor& ex, F&& f) {
     ex.post(std::forward<F>(f), alloc);
   } else if constexpr (std::is_same_v<Executor, asio::any_io_executor>) {
 #if !defined(ASIO_NO_TYPEID)
-    // target<T>() does not check the type in Asio 1.22: target_type() does.
+    // target<T>() does not check the type in Asio 1.22: target_type() does. Most likely first
+    // (a caller's completion: a tracked io_context executor); a type_info comparison that
+    // fails compares the names.
     const std::type_info& t = ex.target_type();
-    if (t == typeid(strand_type))
-      return detail::post(*ex.template target<strand_type>(), std::forward<F>(f));
-    if (t == typeid(io_type)) return asio::post(*ex.template target<io_type>(), std::forward<F>(f));
     if (t == typeid(io_tracked_type))  // the posted function counts as work by itself; every
       // copy of a tracked executor (asio::post makes three) is an atomic add and subtract
       return asio::post(asio::require(*ex.template target<io_tracked_type>(),
                                       asio::execution::outstanding_work.untracked),
                         std::forward<F>(f));
+    if (t == typeid(io_type)) return asio::post(*ex.template target<io_type>(), std::forward<F>(f));
+    if (t == typeid(strand_type))
+      return detail::post(*ex.template target<strand_type>(), std::forward<F>(f));
 #endif
     asio::post(ex, std::forward<F>(f));
   } else {
