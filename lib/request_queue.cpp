@@ -703,7 +703,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     op->st = state::in_flight;
     op->started_at = now;
     op->sched_id = item->seq;  // a retry goes back to this place
-    op->add_ref();  // the worker's
     ++in_flight_;
     metrics_.started(op->lane, op->client_ref, op->started_at - op->submitted_at);
     admit_waiters();
@@ -719,6 +718,30 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         on_strand);
   }
 
+  // An in-flight request (one a worker has) resolved by someone else: the worker still reads
+  // it, and the provider may still read its Request, until the worker lets go.
+  static void keep_for_worker(op_ptr op) {
+    if (op->worker_ref) return;
+    op->worker_ref = true;
+    op->add_ref();
+  }
+  // The worker's hold on its request: drops the reference keep_for_worker() took, if any. Only
+  // while the request is alive: cleared before the worker resolves it itself.
+  struct worker_claim {
+    op_ptr op;
+    explicit worker_claim(op_ptr o) : op(o) {}
+    worker_claim(const worker_claim&) = delete;
+    worker_claim& operator=(const worker_claim&) = delete;
+    ~worker_claim() { drop(); }
+    void drop() {
+      if (op && op->worker_ref) {
+        op->worker_ref = false;
+        op->release();  // may free it
+      }
+      op = nullptr;
+    }
+  };
+
   // One coroutine per worker, one frame for its whole life: the limiter wait and the provider
   // call are awaited here, the bookkeeping around them is plain functions (a nested coroutine
   // per call cost a frame and a resume each).
@@ -733,9 +756,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         if (!op) break;
         now = op->started_at;
       }
-      // The worker's reference (take_from): dropped below, or with the frame if the io_context
-      // is destroyed while the worker is suspended.
-      submit_op_base::ref<> hold(op);
+      // A request the worker resolves itself needs no reference of the worker's: nobody else
+      // completes it (and so frees it) before the worker has let go. One resolved by someone
+      // else meanwhile got one (keep_for_worker), dropped below once the worker is done with
+      // it, or with the frame if the io_context is destroyed while the worker is suspended. So
+      // a request going through takes no atomic operation here.
+      worker_claim claim(op);
       if (op->st == state::in_flight) {
         w.current = op;  // from here, cancel and deadline reach this worker (w.signal)
         RateLimiter& lim = limiter_for(op->request.model);
@@ -755,6 +781,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         if (op->st != state::in_flight) {
           lim.reconcile(ticket, estimate, RateCost{0, 0, 0});  // resolved meanwhile: no call made
         } else if (ec) {
+          claim.op = nullptr;  // resolved here, by the worker
           finish(op, ec == errc::exceeds_rate_limit ? ec : make_error_code(errc::internal),
                  Metrics::Outcome::failed, Metrics::From::in_flight);
         } else {
@@ -766,12 +793,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
             w.result = Response{};
             w.answer = &w.result;
           }
+          if (op->st == state::in_flight) claim.op = nullptr;  // resolved below, by the worker
           end_attempt(op, lim, ticket, estimate, ec, *std::exchange(w.answer, nullptr));
         }
         w.current = nullptr;
       }
       --in_flight_;
-      hold.reset();
+      claim.drop();
       check_shutdown();
       maybe_idle();
     }
@@ -945,6 +973,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         break;
       case state::in_flight:
         op->cancel_requested = true;
+        keep_for_worker(op);
         finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::in_flight);
         abort_call(op);
         break;
@@ -1051,6 +1080,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // The worker's request ends now; its limiter wait or provider call is aborted (the worker
   // finds the request resolved when it resumes).
   void fail_call(worker& w, errc e, Metrics::Outcome outcome) {
+    keep_for_worker(w.current);
     finish(w.current, e, outcome, Metrics::From::in_flight);
     w.signal.emit(asio::cancellation_type::terminal);
   }

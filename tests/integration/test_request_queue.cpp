@@ -429,6 +429,54 @@ TEST_CASE("a cancelled submit completes with cancelled through a bound cancellat
   CHECK(provider.aborted() == 1);
 }
 
+namespace {
+
+// Ignores cancellation and reads its Request when it answers, 50 ms later: the Request must stay
+// alive although the submit was resolved (and its handler ran) long before.
+class StubbornProvider final : public laneq::Provider {
+ public:
+  void async_call(const laneq::Request& r, laneq::CallContext ctx,
+                  laneq::CallCompletion done) noexcept override {
+    auto timer = std::make_shared<asio::steady_timer>(ctx.executor, 50ms);
+    timer->async_wait([this, &r, timer, done = std::move(done)](std::error_code) mutable {
+      read.push_back(r.messages.at(0).content);
+      laneq::Response resp;
+      resp.status = 200;
+      done({}, std::move(resp));
+    });
+  }
+  const char* name() const noexcept override { return "stubborn"; }
+  std::vector<std::string> read;  // on the queue's strand only
+};
+
+}  // namespace
+
+TEST_CASE("a request resolved while its call runs stays alive for the provider until it answers",
+          "[queue][cancel][lifetime]") {
+  asio::io_context io;
+  StubbornProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  std::error_code timed_out;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    // cancelled (through ||) 10 ms into its call, and timed out 10 ms into its call: both
+    // handlers run at once, the provider reads the requests 40 ms later
+    asio::steady_timer t(ex, 10ms);
+    queue.async_submit(chat("timed out"), {.timeout = 10ms},
+                       [&](std::error_code ec, laneq::Response) { timed_out = ec; });
+    auto first = co_await (queue.async_submit(chat("cancelled"), {}, tuple_awaitable) ||
+                           t.async_wait(tuple_awaitable));
+    CHECK(first.index() == 1);
+    co_await queue.shutdown({.drain = true});  // waits for the workers, so for both calls
+  });
+  CHECK(timed_out == errc::timeout);
+  CHECK(queue.metrics().total.cancelled == 1);
+  CHECK(queue.metrics().total.expired == 1);
+  std::sort(provider.read.begin(), provider.read.end());
+  CHECK(provider.read == std::vector<std::string>{"cancelled", "timed out"});
+}
+
 TEST_CASE("shutdown with drain finishes queued work; submits after it fail with shutting_down",
           "[queue][shutdown]") {
   asio::io_context io;

@@ -4,7 +4,8 @@
 //
 // Lifetime: reference counted. One reference belongs to the completion path (released after the
 // handler ran on its own executor, or when its posted completion is destroyed uncalled with the
-// io_context), one to each posted cancellation, one to a worker running the call. The
+// io_context), one to each posted cancellation, and one to a worker whose request was resolved
+// by someone else while it still had it (worker_ref). The
 // cancellation slot handler is cleared on the handler's executor before the handler runs, which
 // is where Asio requires slot operations to happen.
 #include <atomic>
@@ -131,6 +132,9 @@ struct submit_op_base {
   bool timed_out = false;
   bool deliver_result = true;  // false: the handler is dropped uncalled (a failed enqueue)
   std::uint8_t attempts = 0;   // provider calls made (RetryPolicy::max_attempts <= 100)
+  // Resolved by someone else (cancel, deadline, shutdown) while a worker still has it: the
+  // worker holds a reference, which it drops when it is done with the request.
+  bool worker_ref = false;
   std::uint16_t lane = 0;      // < 64 lanes
   std::int32_t prompt_tokens = 0;  // prompt estimate, made once at admission
 
