@@ -98,7 +98,8 @@ struct counter {
 // LatencyHistogram::record for one recorder and concurrent readers.
 struct Metrics::Histogram {
   std::array<counter<std::uint64_t>, LatencyHistogram::bucket_count> buckets{};
-  counter<std::uint64_t> count{};
+  counter<std::uint64_t> count{};  // of the samples above 0; those of exactly 0 are counted alone
+  counter<std::uint64_t> zeros{};
   counter<std::int64_t> min_ns{}, max_ns{};
   std::atomic<double> sum_s{0};
 
@@ -114,6 +115,10 @@ struct Metrics::Histogram {
   };
 
   void record(const sample& x) noexcept {
+    if (x.ns == 0) {  // e.g. every limiter wait of a request the limiter let through at once
+      zeros.v.store(zeros.get() + 1, std::memory_order_release);
+      return;
+    }
     buckets[x.bucket].add(1);
     const auto n = count.get();
     if (n == 0 || x.ns < min_ns.get()) min_ns.v.store(x.ns, std::memory_order_relaxed);
@@ -125,15 +130,17 @@ struct Metrics::Histogram {
 
 LatencyHistogram Metrics::load(const Histogram& a) noexcept {
   LatencyHistogram h;
-  h.count_ = a.count.v.load(std::memory_order_acquire);
-  if (h.count_ == 0) return h;
-  // Buckets recorded after count_ was read may show: count what the buckets say, so that
+  const std::uint64_t zeros = a.zeros.v.load(std::memory_order_acquire);
+  const std::uint64_t counted = a.count.v.load(std::memory_order_acquire);
+  if (counted == 0 && zeros == 0) return h;
+  // Buckets recorded after count was read may show: count what the buckets say, so that
   // percentile() walks a consistent histogram.
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < LatencyHistogram::bucket_count; ++i)
     total += h.buckets_[i] = a.buckets[i].get();
-  h.count_ = total;
-  h.min_ns_ = a.min_ns.get();
+  h.buckets_[0] += zeros;  // a 0 falls in the first bucket
+  h.count_ = total + zeros;
+  h.min_ns_ = zeros > 0 ? 0 : a.min_ns.get();
   h.max_ns_ = a.max_ns.get();
   h.sum_s_ = a.sum_s.load(std::memory_order_relaxed);
   return h;

@@ -747,8 +747,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // per call cost a frame and a resume each).
   // `self`: the frame keeps the impl alive (a call in flight outlives a destroyed RequestQueue).
   strand_awaitable<void> run_worker(worker& w, [[maybe_unused]] std::shared_ptr<queue_impl> self) {
+    steady::time_point just_now{};  // a clock read of a moment ago, if any
     for (;;) {
-      auto now = steady::now();
+      auto now = just_now != steady::time_point{} ? just_now : steady::now();
+      just_now = {};
       op_ptr op = take_from(w.reserved ? sched_.pop_reserved(now) : sched_.pop(now), now);
       if (!op) {
         if (stop_workers_) break;
@@ -794,7 +796,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
             w.answer = &w.result;
           }
           if (op->st == state::in_flight) claim.op = nullptr;  // resolved below, by the worker
+          finished_at_ = {};
           end_attempt(op, lim, ticket, estimate, ec, *std::exchange(w.answer, nullptr));
+          just_now = finished_at_;  // read by finish(), if it ran: the next take needs a time
         }
         w.current = nullptr;
       }
@@ -942,8 +946,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       }
       resp.attempts = op->attempts;
     }
-    const auto service = from == Metrics::From::in_flight ? steady::now() - op->started_at
-                                                          : steady::duration::zero();
+    auto service = steady::duration::zero();
+    if (from == Metrics::From::in_flight) {
+      finished_at_ = steady::now();
+      service = finished_at_ - op->started_at;
+    }
     metrics_.finished(op->lane, op->client_ref, outcome, from, service);
     if (from == Metrics::From::in_flight) {
       resp.queue_wait = op->started_at - op->submitted_at;  // incl. limiter wait and retries
@@ -1141,6 +1148,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     steady::time_point at;     // when its back-off ends
   };
   std::set<std::pair<steady::time_point, op_ptr>> retry_waits_;
+  steady::time_point finished_at_{};  // the clock read of the last finish() from in flight
   std::unordered_map<op_ptr, retry_info> last_errors_;
   std::size_t in_flight_ = 0;
   std::size_t workers_alive_ = 0;

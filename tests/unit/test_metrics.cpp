@@ -441,6 +441,40 @@ TEST_CASE("rate_limited counts per lane and per client, separately from retried"
   CHECK(s.limiters.empty());  // filled by the request queue, never by Metrics
 }
 
+TEST_CASE("zero latencies (a request the limiter let through at once) count like any other",
+          "[metrics][limiter]") {
+  Metrics m(two_lanes());
+  const auto a = m.client("alice");
+  LatencyHistogram ref;
+  for (int i = 0; i < 60; ++i) {  // 60 zeros, 40 of 1..40 ms
+    const auto d = std::chrono::milliseconds(0);
+    m.limiter_wait(0, a, d);
+    ref.record(d);
+  }
+  for (int i = 1; i <= 40; ++i) {
+    m.limiter_wait(0, a, std::chrono::milliseconds(i));
+    ref.record(std::chrono::milliseconds(i));
+  }
+  m.limiter_wait(1, a, 0ms);  // only zeros in lane 1
+  const auto s = m.snapshot();
+  const auto want = laneq::summarize(ref);
+  const auto& lane0 = s.lanes[0].stats.limiter_wait;
+  CHECK(lane0.count == 100);
+  CHECK(lane0.p50_ms == want.p50_ms);  // a zero: the 50th value
+  CHECK(lane0.p50_ms < 0.001);
+  CHECK(lane0.p90_ms == want.p90_ms);
+  CHECK(lane0.p90_ms > 1.0);
+  CHECK(lane0.max_ms == Approx(40.0));
+  CHECK(lane0.sum_ms == Approx(820.0));
+  const auto& lane1 = s.lanes[1].stats.limiter_wait;
+  CHECK(lane1.count == 1);
+  CHECK(lane1.max_ms == 0.0);
+  CHECK(lane1.p99_ms == 0.0);
+  CHECK(s.clients.at("alice").limiter_wait.count == 101);
+  CHECK(s.total.limiter_wait.count == 101);
+  CHECK(s.total.limiter_wait.p50_ms == lane0.p50_ms);
+}
+
 TEST_CASE("limiter_wait has its own percentiles per lane, client and total",
           "[metrics][limiter]") {
   Metrics m(two_lanes());
