@@ -1,10 +1,12 @@
 // Scheduler: pure logic on a virtual clock.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "laneq/scheduler.hpp"
@@ -394,4 +396,31 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
     }
     REQUIRE(live.empty());
   }
+}
+
+TEST_CASE("the client-name hash: equal names hash alike, distinct names spread", "[scheduler][hash]") {
+  using laneq::detail::hash_name;
+  // every length from 0 to the longest client name, each byte counted (no byte ignored)
+  std::string base(63, 'x');
+  for (std::size_t len = 0; len <= base.size(); ++len) {
+    const std::string s = base.substr(0, len);
+    CHECK(hash_name(s) == hash_name(std::string_view(s)));
+    for (std::size_t i = 0; i < len; ++i) {
+      std::string t = s;
+      t[i] = 'y';
+      CHECK(hash_name(t) != hash_name(s));
+    }
+  }
+  CHECK(hash_name(std::string_view("ab\0", 3)) != hash_name("ab"));
+  // 100k typical names: no two equal hashes, and even buckets at a power-of-two size too
+  std::unordered_set<std::size_t> seen;
+  std::vector<int> buckets(1024);
+  for (int i = 0; i < 100'000; ++i) {
+    const auto h = hash_name((i % 2 ? "tenant-" : "client-") + std::to_string(i));
+    seen.insert(h);
+    ++buckets[h % buckets.size()];
+  }
+  CHECK(seen.size() == 100'000);
+  const int most = *std::max_element(buckets.begin(), buckets.end());
+  CHECK(most < 2 * 100'000 / 1024);  // a fair share is ~98
 }
