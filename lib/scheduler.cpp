@@ -42,10 +42,17 @@ std::uint32_t Scheduler::lane_index(int priority) const noexcept {
 }
 
 std::uint32_t Scheduler::client_for(std::string_view name) {
-  auto it = clients_by_name_.find(name);
-  if (it != clients_by_name_.end()) {
-    if (clients_[it->second].pending == 0) --idle_clients_;
-    return it->second;
+  const std::size_t hash = detail::hash_name(name);
+  const std::uint32_t* known = recent_clients_.find(name, hash);
+  if (known == nullptr) {
+    if (auto it = clients_by_name_.find(name); it != clients_by_name_.end()) {
+      recent_clients_.put(it->first, hash, it->second);
+      known = &it->second;
+    }
+  }
+  if (known != nullptr) {
+    if (clients_[*known].pending == 0) --idle_clients_;
+    return *known;
   }
   std::uint32_t id;
   if (!free_clients_.empty()) {
@@ -61,11 +68,13 @@ std::uint32_t Scheduler::client_for(std::string_view name) {
   c.weight = w == weights_.end() ? 1 : w->second;
   c.pending = 0;
   c.lanes.assign(lanes_.size(), ClientLane{});
-  clients_by_name_.emplace(c.name, id);
+  const auto it = clients_by_name_.emplace(c.name, id).first;
+  recent_clients_.put(it->first, hash, id);
   return id;
 }
 
 void Scheduler::collect_idle_clients() {
+  recent_clients_.clear();  // it points at names erased here
   for (auto it = clients_by_name_.begin(); it != clients_by_name_.end();) {
     if (clients_[it->second].pending == 0) {
       free_clients_.push_back(it->second);

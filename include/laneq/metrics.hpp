@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "laneq/detail/name_cache.hpp"
 #include "laneq/detail/string_hash.hpp"
 
 namespace laneq {
@@ -204,6 +205,7 @@ class Metrics {
   // Series are heap nodes, so a ClientRef survives rehashing.
   std::unordered_map<std::string, std::unique_ptr<Series>, detail::string_hash, std::equal_to<>>
       clients_;
+  detail::name_cache<Series*> recent_clients_;  // in front of clients_; the recorder's only
   std::size_t max_clients_;
   std::size_t named_clients_ = 0;  // clients with their own series (excludes "_other")
   std::chrono::steady_clock::time_point start_;

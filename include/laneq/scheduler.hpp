@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "laneq/detail/name_cache.hpp"
 #include "laneq/detail/string_hash.hpp"
 
 namespace laneq {
@@ -195,6 +196,7 @@ class Scheduler {
   using NameMap =
       std::unordered_map<std::string, std::uint32_t, detail::string_hash, std::equal_to<>>;
   NameMap clients_by_name_;
+  detail::name_cache<std::uint32_t> recent_clients_;  // in front of clients_by_name_
   NameMap weights_;
   std::size_t idle_clients_ = 0;
   std::size_t size_ = 0;

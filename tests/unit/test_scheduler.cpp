@@ -303,6 +303,37 @@ TEST_CASE("idle clients are forgotten so client names do not grow memory without
   CHECK(s.client_count() <= 4097 + 1);
 }
 
+TEST_CASE("client names resolve right across sweeps that recycle their slots", "[scheduler]") {
+  Scheduler s({.lanes = {{.priority = 5}, {.priority = 9}}});
+  const auto push = [&](std::size_t lane, const std::string& client, std::uint64_t payload) {
+    REQUIRE(s.push({.lane = lane, .client = client, .payload = payload}).status ==
+            Scheduler::PushStatus::ok);
+  };
+  // two clients with work queued in the lower lane outlive every sweep
+  for (std::uint64_t i = 0; i < 3; ++i) push(1, "keep-a", 100 + i);
+  push(1, "keep-b", 200);
+  // 20,000 short-lived clients: 9,000 names, each back after sweeps recycled its slot, and
+  // each twice in a row (a sweep in the first pop forgets the name the second push brings back)
+  for (int i = 0; i < 20000; ++i) {
+    const std::string name = "tenant-" + std::to_string(i % 9000);
+    for (int twice = 0; twice < 2; ++twice) {
+      push(0, name, 1);
+      CHECK(s.client_size(name) == 1);
+      const auto item = s.pop(t0);
+      REQUIRE(item);
+      CHECK(item->payload == 1);
+      CHECK(s.client_size(name) == 0);
+    }
+  }
+  CHECK(s.client_count() <= 4097 + 2);
+  CHECK(s.client_size("keep-a") == 3);
+  CHECK(s.client_size("keep-b") == 1);
+  push(1, "keep-b", 201);  // found again, not made anew: it alternates with keep-a as before
+  std::vector<std::uint64_t> order;
+  while (auto item = s.pop(t0)) order.push_back(item->payload);
+  CHECK(order == std::vector<std::uint64_t>{100, 200, 101, 201, 102});
+}
+
 // Reference model: per lane, per client FIFO, round-robin with the ring order of activation.
 TEST_CASE("property: random push/pop/remove/expire sequences match a reference model",
           "[scheduler][property]") {
