@@ -69,8 +69,9 @@ SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
 
 void SimulatedProvider::async_call(const Request& request, CallContext ctx,
                                    CallCompletion done) noexcept {
-  calls_.fetch_add(1, std::memory_order_relaxed);
-  const auto now_in_flight = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const auto called = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const auto now_in_flight =
+      static_cast<std::int64_t>(called - answered_.load(std::memory_order_acquire));
   auto seen = max_in_flight_.load(std::memory_order_relaxed);
   while (now_in_flight > seen && !max_in_flight_.compare_exchange_weak(seen, now_in_flight)) {}
 
@@ -91,7 +92,7 @@ void SimulatedProvider::async_call(const Request& request, CallContext ctx,
   if (p.latency.count() <= 0 && p.outcome.headers.empty()) {
     detail::post(ctx.executor, [this, done = std::move(done), ec = p.outcome.error,
                               status = p.outcome.status, input, output]() mutable {
-      in_flight_.fetch_sub(1, std::memory_order_relaxed);
+      answered_.fetch_add(1, std::memory_order_release);
       done(ec, make_response(ec, status, {}, input, output));
     });
     return;
@@ -114,7 +115,7 @@ void SimulatedProvider::async_call(const Request& request, CallContext ctx,
     st->slot.assign([st](asio::cancellation_type) { st->timer.cancel(); });
   st->timer.async_wait([this, st](std::error_code wait_ec) {
     if (st->slot.is_connected()) st->slot.clear();
-    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    answered_.fetch_add(1, std::memory_order_release);
     if (wait_ec) {
       aborted_.fetch_add(1, std::memory_order_relaxed);
       st->done(asio::error::operation_aborted, Response{});
