@@ -284,6 +284,16 @@ std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_
 
 std::optional<Scheduler::Item> Scheduler::pop(TimePoint now) { return pop_masked(now, ~0ull); }
 
+std::uint64_t Scheduler::next_payload_hint() const noexcept {
+  if (nonempty_ == 0) return 0;
+  const auto l = static_cast<std::size_t>(std::countr_zero(nonempty_));
+  const Lane& lane = lanes_[l];
+  std::uint32_t c = lane.current;
+  const ClientLane& q = clients_[c].lanes[l];
+  if (!lane.fresh_turn && nodes_[q.head].cost > q.deficit) c = q.ring_next;  // its turn is over
+  return nodes_[clients_[c].lanes[l].head].payload;
+}
+
 std::optional<Scheduler::Item> Scheduler::pop_reserved(TimePoint now) {
   return pop_masked(now, reserved_mask_);
 }

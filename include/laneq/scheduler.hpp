@@ -101,6 +101,9 @@ class Scheduler {
 
   // Best item for any worker / for a reserved worker (reserved lanes only), or nullopt.
   std::optional<Item> pop(TimePoint now);
+  // The payload pop() would most likely return next (the best lane's current client's oldest;
+  // aging and deficits aside), or 0 when empty: a hint, e.g. to prefetch. O(1).
+  std::uint64_t next_payload_hint() const noexcept;
   std::optional<Item> pop_reserved(TimePoint now);
   bool has_reserved_work() const noexcept { return (nonempty_ & reserved_mask_) != 0; }
 

@@ -334,6 +334,28 @@ TEST_CASE("client names resolve right across sweeps that recycle their slots", "
   CHECK(order == std::vector<std::uint64_t>{100, 200, 101, 201, 102});
 }
 
+TEST_CASE("next_payload_hint names what pop returns next (no aging, one turn per pop)",
+          "[scheduler]") {
+  Fixture f;
+  CHECK(f.s.next_payload_hint() == 0);
+  std::mt19937 rng(7);
+  const int prios[] = {0, 1, 5, 8, 10};
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 50; ++i)
+      f.push(prios[rng() % 5], "c" + std::to_string(rng() % 7));
+    for (int i = 0; i < 40; ++i) {  // leave some behind: pushes interleave with pops
+      const auto hint = f.s.next_payload_hint();
+      REQUIRE(hint != 0);
+      CHECK(f.pop() == hint);
+    }
+  }
+  while (!f.s.empty()) {
+    const auto hint = f.s.next_payload_hint();
+    CHECK(f.pop() == hint);
+  }
+  CHECK(f.s.next_payload_hint() == 0);
+}
+
 // Reference model: per lane, per client FIFO, round-robin with the ring order of activation.
 TEST_CASE("property: random push/pop/remove/expire sequences match a reference model",
           "[scheduler][property]") {
