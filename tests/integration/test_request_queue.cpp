@@ -603,11 +603,20 @@ TEST_CASE("a pending submit keeps its handler's io_context busy until the handle
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
   bool called = false;
   std::thread::id ran_on;
-  queue.async_submit(chat(), {}, asio::bind_executor(other, [&](std::error_code ec, auto) {
-                       CHECK_FALSE(ec);
-                       called = true;
-                       ran_on = std::this_thread::get_id();
-                     }));
+  auto handler = [&](std::error_code ec, auto) {
+    CHECK_FALSE(ec);
+    called = true;
+    ran_on = std::this_thread::get_id();
+  };
+  // the handler's executor as the io_context's own type, or inside an any_io_executor (the
+  // default for handlers: tracked through its concrete type)
+  SECTION("io_context executor") {
+    queue.async_submit(chat(), {}, asio::bind_executor(other, handler));
+  }
+  SECTION("any_io_executor") {
+    queue.async_submit(chat(), {},
+                       asio::bind_executor(asio::any_io_executor(other.get_executor()), handler));
+  }
   // Nothing else is pending on `other`: only the submit's tracked work keeps it from stopping.
   CHECK(other.poll() == 0);
   CHECK_FALSE(other.stopped());

@@ -16,6 +16,7 @@
 #include <string>
 #include <system_error>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 #include <asio/associated_allocator.hpp>
@@ -66,15 +67,29 @@ class handler_work {
 
 template <class Executor>
 class handler_work<Executor, std::enable_if_t<asio::execution::is_executor<Executor>::value>> {
+  using tracked_type = std::decay_t<typename asio::prefer_result<
+      const Executor&, asio::execution::outstanding_work_t::tracked_t>::type>;
+
  public:
-  explicit handler_work(const Executor& ex)
-      : ex_(asio::prefer(ex, asio::execution::outstanding_work.tracked)) {}
+  explicit handler_work(const Executor& ex) : ex_(track(ex)) {}
   const auto& get_executor() const noexcept { return ex_; }
 
  private:
-  std::decay_t<typename asio::prefer_result<const Executor&,
-                                            asio::execution::outstanding_work_t::tracked_t>::type>
-      ex_;
+  static tracked_type track(const Executor& ex) {
+#if !defined(ASIO_NO_TYPEID)
+    if constexpr (std::is_same_v<Executor, asio::any_io_executor>) {
+      // The usual one, a plain io_context executor: tracked by a bit operation on the concrete
+      // type, not through any_executor's type-erased prefer (which builds the result twice).
+      using io_type = asio::io_context::executor_type;
+      if (ex.target_type() == typeid(io_type))
+        return tracked_type(asio::prefer(*ex.template target<io_type>(),
+                                         asio::execution::outstanding_work.tracked));
+    }
+#endif
+    return asio::prefer(ex, asio::execution::outstanding_work.tracked);
+  }
+
+  tracked_type ex_;
 };
 
 // Defined in lib/request_queue.cpp.
