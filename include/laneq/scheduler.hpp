@@ -16,6 +16,7 @@
 //                   O(cost / (quantum*weight)) turns per pop)
 //   remove(id)      O(1) (+ O(log n) for explicit-deadline items)
 //   pop_expired     O(L + log n) per expired item; next_deadline O(L)
+//   next_payload_hint  O(1) (a hint for prefetching: aging and deficits aside)
 // Lane-default deadlines are monotone within a lane, so they need no heap: only per-request
 // overrides live in a binary heap.
 #include <chrono>
