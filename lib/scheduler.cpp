@@ -86,6 +86,24 @@ void Scheduler::collect_idle_clients() {
   idle_clients_ = 0;
 }
 
+// The list's links are template arguments: three lists per push, each with direct offsets.
+template <std::uint32_t Scheduler::Node::*prev, std::uint32_t Scheduler::Node::*next>
+void Scheduler::insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail) {
+  // A new item is the newest: append. A requeued one goes back to its place, found from the
+  // head: it was taken from near the head, so few older items precede it.
+  const std::uint64_t seq = nodes_[slot].seq;
+  std::uint32_t before = npos;
+  if (tail != npos && nodes_[tail].seq > seq) {
+    before = head;
+    while (nodes_[before].seq < seq) before = nodes_[before].*next;
+  }
+  const std::uint32_t after = before == npos ? tail : nodes_[before].*prev;
+  nodes_[slot].*prev = after;
+  nodes_[slot].*next = before;
+  (after == npos ? head : nodes_[after].*next) = slot;
+  (before == npos ? tail : nodes_[before].*prev) = slot;
+}
+
 Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   if (a.lane >= lanes_.size()) return {PushStatus::unknown_lane};
   // A requeue (a.seq) was admitted once already: limits do not apply to it again, so a retry
@@ -116,13 +134,13 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   n.lane = static_cast<std::uint16_t>(a.lane);
 
   // lane list in seq order: a new item appends; a requeued one (a.seq) goes back to its place
-  insert_by_seq(slot, lane.head, lane.tail, &Node::lane_prev, &Node::lane_next);
+  insert_by_seq<&Node::lane_prev, &Node::lane_next>(slot, lane.head, lane.tail);
   ++lane.count;
   nonempty_ |= std::uint64_t{1} << a.lane;
 
   // client-in-lane FIFO; a newly active client joins the ring at the end of the round
   ClientLane& q = cl->lanes[a.lane];
-  insert_by_seq(slot, q.head, q.tail, &Node::cl_prev, &Node::cl_next);
+  insert_by_seq<&Node::cl_prev, &Node::cl_next>(slot, q.head, q.tail);
   if (q.count++ == 0) ring_insert(a.lane, c);
   ++cl->pending;
 
@@ -134,7 +152,7 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
     heap_up(heap_.size() - 1);
   } else if (lane.spec.timeout.count() > 0) {
     n.deadline_kind = lane_deadline;
-    insert_by_seq(slot, lane.dl_head, lane.dl_tail, &Node::dl_prev, &Node::dl_next);
+    insert_by_seq<&Node::dl_prev, &Node::dl_next>(slot, lane.dl_head, lane.dl_tail);
   } else {
     n.deadline_kind = no_deadline;
   }
@@ -142,22 +160,6 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   return {PushStatus::ok, id_of(slot)};
 }
 
-void Scheduler::insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail,
-                              std::uint32_t Node::*prev, std::uint32_t Node::*next) {
-  // A new item is the newest: append. A requeued one goes back to its place, found from the
-  // head: it was taken from near the head, so few older items precede it.
-  const std::uint64_t seq = nodes_[slot].seq;
-  std::uint32_t before = npos;
-  if (tail != npos && nodes_[tail].seq > seq) {
-    before = head;
-    while (nodes_[before].seq < seq) before = nodes_[before].*next;
-  }
-  const std::uint32_t after = before == npos ? tail : nodes_[before].*prev;
-  nodes_[slot].*prev = after;
-  nodes_[slot].*next = before;
-  (after == npos ? head : nodes_[after].*next) = slot;
-  (before == npos ? tail : nodes_[before].*prev) = slot;
-}
 
 void Scheduler::ring_insert(std::size_t l, std::uint32_t c) {
   Lane& lane = lanes_[l];

@@ -174,8 +174,8 @@ class Scheduler {
   std::uint32_t client_for(std::string_view name);
   Item unlink(std::uint32_t slot);
   void ring_insert(std::size_t lane, std::uint32_t client);
-  void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail,
-                     std::uint32_t Node::*prev, std::uint32_t Node::*next);
+  template <std::uint32_t Node::*prev, std::uint32_t Node::*next>
+  void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail);
   void ring_erase(std::size_t lane, std::uint32_t client);
   TimePoint deadline_of(std::uint32_t slot) const noexcept;  // max() when it has none
   void heap_set(std::size_t pos, HeapEntry e);  // heap_[pos] = e, pos kept in its node's dl_prev
