@@ -132,17 +132,72 @@ std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfi
 
 }  // namespace
 
+// A burst as a vector of values (its capacity is kept from burst to burst).
+template <class T>
+class vector_batch {
+ public:
+  using value_type = T;
+  bool add(T item) {  // true when it was the first
+    items_.push_back(std::move(item));
+    return items_.size() == 1;
+  }
+  void swap(vector_batch& other) noexcept { items_.swap(other.items_); }
+  template <class F>
+  void consume(F&& each) {  // in order, then empty
+    for (auto& item : items_) each(item);
+    items_.clear();
+  }
+  void clear() noexcept { items_.clear(); }
+
+ private:
+  std::vector<T> items_;
+};
+
+// A burst of submits linked through the ops themselves (submit_op_base::wait.next): no vector to
+// grow and keep, so a queued request costs no intake memory.
+class op_batch {
+ public:
+  using value_type = op_ptr;
+  bool add(op_ptr op) {  // true when it was the first
+    op->wait = {nullptr, nullptr};
+    (tail_ ? tail_->wait.next : head_) = op;
+    tail_ = op;
+    return head_ == op;
+  }
+  void swap(op_batch& other) noexcept {
+    std::swap(head_, other.head_);
+    std::swap(tail_, other.tail_);
+  }
+  template <class F>
+  void consume(F&& each) {  // in order, then empty
+    op_ptr op = std::exchange(head_, nullptr);
+    tail_ = nullptr;
+    while (op) {
+      // Read before admission: it reuses the links, and a completion it posts may run (and
+      // free the op) on another thread.
+      op_ptr next = op->wait.next;
+      each(op);
+      op = next;
+    }
+  }
+  void clear() noexcept { head_ = tail_ = nullptr; }
+
+ private:
+  op_ptr head_ = nullptr;
+  op_ptr tail_ = nullptr;
+};
+
 // Items handed to the strand from any thread: only the first of a burst posts, and the strand
 // takes the whole burst in order (one strand trip per burst, not per item). Closed, it drops.
-template <class T>
+// Batch holds a burst: vector_batch<T> (values) or op_batch (submits, linked through the ops).
+template <class Batch>
 class strand_inbox {
  public:
   // True when this item started a burst: the caller posts one drain.
-  bool push(T item) {
+  bool push(typename Batch::value_type item) {
     std::lock_guard lock(mu_);
     if (closed_) return false;
-    pending_.push_back(std::move(item));
-    return pending_.size() == 1;
+    return pending_.add(std::move(item));
   }
   template <class F>
   void drain(F&& each) {  // strand only
@@ -150,8 +205,7 @@ class strand_inbox {
       std::lock_guard lock(mu_);
       pending_.swap(running_);
     }
-    for (auto& item : running_) each(item);
-    running_.clear();
+    running_.consume(each);
   }
   void close() {
     std::lock_guard lock(mu_);
@@ -161,51 +215,9 @@ class strand_inbox {
 
  private:
   std::mutex mu_;
-  bool closed_ = false;     // guarded by mu_
-  std::vector<T> pending_;  // guarded by mu_
-  std::vector<T> running_;  // strand only
-};
-
-// Submits from any thread, linked through the ops themselves (submit_op_base::wait.next): only
-// the first of a burst posts, and the strand admits the whole burst in order. No vector to grow
-// and keep: a queued request costs no intake memory.
-class op_intake {
- public:
-  // True when this op started a burst: the caller posts one drain.
-  bool push(op_ptr op) {
-    op->wait = {nullptr, nullptr};
-    std::lock_guard lock(mu_);
-    if (closed_) return false;
-    (tail_ ? tail_->wait.next : head_) = op;
-    tail_ = op;
-    return head_ == op;
-  }
-  template <class F>
-  void drain(F&& each) {  // strand only
-    op_ptr op;
-    {
-      std::lock_guard lock(mu_);
-      op = std::exchange(head_, nullptr);
-      tail_ = nullptr;
-    }
-    while (op) {
-      // Read before admission: it reuses the links, and a completion it posts may run (and
-      // free the op) on another thread.
-      op_ptr next = op->wait.next;
-      each(op);
-      op = next;
-    }
-  }
-  void close() {
-    std::lock_guard lock(mu_);
-    closed_ = true;
-  }
-
- private:
-  std::mutex mu_;
-  bool closed_ = false;    // guarded by mu_
-  op_ptr head_ = nullptr;  // guarded by mu_
-  op_ptr tail_ = nullptr;  // guarded by mu_
+  bool closed_ = false;  // guarded by mu_
+  Batch pending_;        // guarded by mu_
+  Batch running_;        // strand only
 };
 
 struct worker {
@@ -252,7 +264,7 @@ struct journal_link : std::enable_shared_from_this<journal_link> {
 
   queue_impl* q;
   CallExecutor strand;
-  strand_inbox<journal_event> events;
+  strand_inbox<vector_batch<journal_event>> events;
 };
 
 // The handler of a durable request nobody awaits (recovered, or async_enqueue'd): its final
@@ -1143,7 +1155,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   QueueConfig cfg_;
   CallExecutor strand_;
-  op_intake intake_;
+  strand_inbox<op_batch> intake_;  // submits
   Provider& provider_;
   Scheduler sched_;
   Metrics metrics_;
