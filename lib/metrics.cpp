@@ -218,11 +218,8 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
   // Only the recorder changes clients_: it may look up without the lock; a snapshot iterates
   // under it, so inserting takes it.
   const std::size_t hash = detail::hash_name(name);
-  if (Series* const* s = recent_clients_.find(name, hash)) return ClientRef(*s);
-  if (auto it = clients_.find(name); it != clients_.end()) {
-    recent_clients_.put(it->first, hash, it->second.get());
-    return ClientRef(it->second.get());
-  }
+  const auto series = [](const std::unique_ptr<Series>& s) { return s.get(); };
+  if (Series* const* s = recent_clients_.find(clients_, name, hash, series)) return ClientRef(*s);
   const bool own = named_clients_ < max_clients_ && name != other_client;
   std::lock_guard lock(mu_);
   auto& slot = clients_[own ? std::string(name) : std::string(other_client)];

@@ -43,14 +43,7 @@ std::uint32_t Scheduler::lane_index(int priority) const noexcept {
 
 std::uint32_t Scheduler::client_for(std::string_view name) {
   const std::size_t hash = detail::hash_name(name);
-  const std::uint32_t* known = recent_clients_.find(name, hash);
-  if (known == nullptr) {
-    if (auto it = clients_by_name_.find(name); it != clients_by_name_.end()) {
-      recent_clients_.put(it->first, hash, it->second);
-      known = &it->second;
-    }
-  }
-  if (known != nullptr) {
+  if (const std::uint32_t* known = recent_clients_.find(clients_by_name_, name, hash)) {
     if (clients_[*known].pending == 0) --idle_clients_;
     return *known;
   }

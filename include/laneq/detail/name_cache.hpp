@@ -7,6 +7,7 @@
 // One thread at a time, like the map it fronts.
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,18 @@ class name_cache {
   const Value* find(std::string_view name, std::size_t hash) const noexcept {
     const entry& e = slots_[hash & (Slots - 1)];
     return e.name != nullptr && e.hash == hash && *e.name == name ? &e.value : nullptr;
+  }
+  // The value for `name`: cached, else found in `map` (the unordered_map this cache fronts,
+  // keyed by name) and cached, `value_of` turning the map's mapped value into a Value; or
+  // nullptr when the map has no such name.
+  template <class Map, class ValueOf = std::identity>
+  const Value* find(const Map& map, std::string_view name, std::size_t hash,
+                    ValueOf value_of = {}) {
+    if (const Value* cached = find(name, hash)) return cached;
+    const auto it = map.find(name);
+    if (it == map.end()) return nullptr;
+    put(it->first, hash, value_of(it->second));
+    return &slots_[hash & (Slots - 1)].value;
   }
   // `name` is the map's key for `value`: it must stay valid until clear().
   void put(const std::string& name, std::size_t hash, Value value) noexcept {
