@@ -91,7 +91,7 @@ void SimulatedProvider::async_call(const Request& request, CallContext ctx,
 
   if (p.latency.count() <= 0 && p.outcome.headers.empty()) {
     detail::post(ctx.executor, [this, done = std::move(done), ec = p.outcome.error,
-                              status = p.outcome.status, input, output]() mutable {
+                                status = p.outcome.status, input, output]() mutable {
       answered_.fetch_add(1, std::memory_order_release);
       done(ec, make_response(ec, status, {}, input, output));
     });
