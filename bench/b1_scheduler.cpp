@@ -18,53 +18,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "b1_jobs.hpp"
 #include "bench_util.hpp"
 #include "laneq/laneq.hpp"
 
-namespace {
-
-constexpr laneq::Priority prios[] = {laneq::Priority::critical, laneq::Priority::high,
-                                     laneq::Priority::normal, laneq::Priority::low,
-                                     laneq::Priority::background};
-
-struct Job {
-  laneq::Request request;
-  laneq::SubmitOptions options;
-};
-
-// Every request is the same small chat; priorities and clients (100) come from a fixed seed.
-struct JobMaker {
-  std::mt19937_64 rng{42};
-  std::vector<laneq::ClientId> clients = [] {
-    std::vector<laneq::ClientId> names;
-    for (int i = 0; i < 100; ++i) names.emplace_back("client-" + std::to_string(i));
-    return names;
-  }();
-
-  Job next() {
-    Job j;
-    j.request.model = "m";
-    j.request.messages.push_back({"user", "ping"});
-    j.request.max_tokens = 16;
-    j.options.priority = prios[rng() % 5];
-    j.options.client = clients[rng() % 100];
-    return j;
-  }
-};
-
-std::vector<Job> make_jobs(std::size_t n) {
-  JobMaker maker;
-  std::vector<Job> jobs;
-  jobs.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) jobs.push_back(maker.next());
-  return jobs;
-}
-
-}  // namespace
+using b1::Job;
+using b1::JobMaker;
+using b1::make_jobs;
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "preload";
