@@ -602,7 +602,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       } catch (const std::length_error&) {  // not from this laneq: the default client
       }
       rec.request.id = rec.id;
-      auto* op = new submit_op<durable_result_handler>(
+      auto* op = submit_op<durable_result_handler>::create(
           durable_result_handler{shared_from_this(), rec.id}, std::move(rec.request), opts,
           executor_);
       op->durable = std::make_unique<durable_state>();
@@ -1250,7 +1250,7 @@ asio::awaitable<Response> RequestQueue::submit(Request request, SubmitOptions op
   using op_type = detail::submit_op<throw_request_error<awaitable_handler>>;
   // The request moves into its op here, once: as an argument of async_initiate it would wait in
   // the awaitable's frame until co_await, two more moves of its strings, json and function.
-  typename op_type::unbound_ptr op(new op_type(std::move(request), options));
+  typename op_type::unbound_ptr op = op_type::create_unbound(std::move(request), options);
   return asio::async_initiate<const asio::use_awaitable_t<>&, signature>(
       [this](awaitable_handler handler, typename op_type::unbound_ptr&& op) {
         op->bind(throw_request_error<awaitable_handler>{std::move(handler)}, executor_);
@@ -1274,7 +1274,7 @@ void RequestQueue::enqueue_durable(Request request, SubmitOptions options,
   options.durable = true;
   if (request.id.empty()) request.id = detail::make_request_id();
   std::string id = request.id;
-  auto* op = new detail::submit_op<detail::durable_result_handler>(
+  auto* op = detail::submit_op<detail::durable_result_handler>::create(
       detail::durable_result_handler{impl_, std::move(id)}, std::move(request), options,
       executor_);
   op->durable = std::make_unique<detail::durable_state>();

@@ -137,7 +137,8 @@ class RequestQueue {
     return asio::async_initiate<CompletionToken, void(std::error_code, Response)>(
         [this](auto handler, auto&& req, const SubmitOptions& opts) {
           using op_type = detail::submit_op<std::decay_t<decltype(handler)>>;
-          admit(new op_type(std::move(handler), std::forward<decltype(req)>(req), opts, executor_));
+          admit(op_type::create(std::move(handler), std::forward<decltype(req)>(req), opts,
+                               executor_));
         },
         token, std::move(request), std::move(options));
   }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include <asio/bind_allocator.hpp>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
@@ -630,6 +631,86 @@ TEST_CASE("a pending submit keeps its handler's io_context busy until the handle
   queue.async_shutdown({}, [](std::error_code) {});
   io.restart();
   io.run();
+}
+
+namespace {
+
+// Counts what it hands out, block by block; not default-constructible, like a pool's handle.
+struct allocation_log {
+  std::map<void*, std::size_t> live;  // block -> bytes
+  std::size_t allocations = 0;
+  std::size_t largest = 0;
+  bool any_live_of_at_least(std::size_t bytes) const {
+    return std::any_of(live.begin(), live.end(), [&](const auto& b) { return b.second >= bytes; });
+  }
+};
+
+template <class T>
+struct logging_allocator {
+  using value_type = T;
+  allocation_log* log;
+  explicit logging_allocator(allocation_log* l) noexcept : log(l) {}
+  template <class U>
+  logging_allocator(const logging_allocator<U>& o) noexcept : log(o.log) {}
+  T* allocate(std::size_t n) {
+    T* p = std::allocator<T>().allocate(n);
+    log->live.emplace(p, n * sizeof(T));
+    ++log->allocations;
+    log->largest = std::max(log->largest, n * sizeof(T));
+    return p;
+  }
+  void deallocate(T* p, std::size_t n) {
+    CHECK(log->live.erase(p) == 1);  // given back once, and only what it handed out
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const logging_allocator<U>& o) const noexcept { return log == o.log; }
+};
+
+}  // namespace
+
+TEST_CASE("async_submit keeps its state in the handler's associated allocator and gives the "
+          "op back before the handler runs",
+          "[queue][allocator]") {
+  allocation_log log;
+  // The op holds the Request and SubmitOptions by value: no other block is that big.
+  const std::size_t op_bytes = sizeof(laneq::Request) + sizeof(laneq::SubmitOptions);
+  std::vector<std::pair<std::error_code, bool>> seen;  // (ec, op still allocated)
+  auto handler = asio::bind_allocator(logging_allocator<void>(&log),
+                                      [&](std::error_code ec, laneq::Response) {
+                                        seen.emplace_back(ec, log.any_live_of_at_least(op_bytes));
+                                      });
+  SECTION("answered, and failed at admission") {
+    asio::io_context io;
+    laneq::SimulatedProvider provider({.latency = 0ms});
+    laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+    queue.start();
+    // one at a time: while one runs, no other op is allocated
+    queue.async_submit(chat(), {}, handler);
+    run_until(io, [&] { return seen.size() == 1; });
+    queue.async_submit(chat(), {.priority = Priority{3}}, handler);  // unknown lane
+    run_until(io, [&] { return seen.size() == 2; });
+    queue.async_shutdown({}, [](std::error_code) {});
+    io.run();
+    REQUIRE(seen.size() == 2);
+    CHECK_FALSE(seen[0].first);
+    CHECK(seen[1].first == errc::unknown_lane);
+    CHECK_FALSE(seen[0].second);
+    CHECK_FALSE(seen[1].second);
+    CHECK(log.allocations >= 4);  // per submit: the op and the Response riding its completion
+    CHECK(log.largest >= op_bytes);
+  }
+  SECTION("completion posted, then destroyed uncalled with its io_context") {
+    {
+      asio::io_context io;
+      laneq::SimulatedProvider provider({.latency = 0ms});
+      laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+      queue.async_submit(chat(), {}, handler);  // never started: fails at the queue's end
+    }
+    CHECK(seen.empty());
+    CHECK(log.allocations >= 2);
+  }
+  CHECK(log.live.empty());  // everything handed out came back
 }
 
 TEST_CASE("metrics count every request once and export as JSON and Prometheus text",

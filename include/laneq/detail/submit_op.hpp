@@ -181,26 +181,41 @@ struct submit_op_base {
   virtual void destroy() noexcept = 0;
 };
 
+// Its memory comes from the handler's associated allocator (Asio's rule for an operation's
+// memory: asio::bind_allocator lets a caller give a pool or an arena), and is given back before
+// the handler is called, so the handler may reuse it.
 template <class Handler>
 class submit_op final : public submit_op_base {
+  using alloc_type = typename std::allocator_traits<
+      asio::associated_allocator_t<Handler>>::template rebind_alloc<submit_op>;
+  using alloc_traits = std::allocator_traits<alloc_type>;
+
  public:
   using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
 
   // async_submit: the handler is there at once.
   template <class R>
-  submit_op(Handler h, R&& r, const SubmitOptions& o, const asio::any_io_executor& io_ex)
-      : submit_op_base(std::forward<R>(r), o) {
-    bind(std::move(h), io_ex);
+  static submit_op* create(Handler h, R&& r, const SubmitOptions& o,
+                           const asio::any_io_executor& io_ex) {
+    alloc_type a(asio::get_associated_allocator(h));
+    unbound_ptr op(make(a, std::forward<R>(r), o));
+    op->bind(std::move(h), io_ex);
+    return op.release();
   }
 
   // submit(): the op, and the Request moved into it once, exist before the handler, which comes
-  // when the awaitable is co_awaited. Until bind(), only an unbound_ptr may end it.
-  template <class R>
-  submit_op(R&& r, const SubmitOptions& o) : submit_op_base(std::forward<R>(r), o) {}
+  // when the awaitable is co_awaited (so the allocator is the default one of the handler's
+  // type). Until bind(), only an unbound_ptr may end it.
   struct unbound_deleter {
-    void operator()(submit_op* op) const noexcept { delete op; }
+    void operator()(submit_op* op) const noexcept { op->deallocate_self(); }
   };
   using unbound_ptr = std::unique_ptr<submit_op, unbound_deleter>;
+  template <class R>
+  static unbound_ptr create_unbound(R&& r, const SubmitOptions& o) {
+    static_assert(std::is_default_constructible_v<alloc_type>,
+                  "submit() binds its handler late: its allocator must be default-constructible");
+    return unbound_ptr(make(alloc_type(), std::forward<R>(r), o));
+  }
 
   void bind(Handler h, const asio::any_io_executor& io_ex) {
     ::new (static_cast<void*>(&b_)) bound(std::move(h), io_ex);
@@ -234,13 +249,22 @@ class submit_op final : public submit_op_base {
   };
 
   // Posted to the handler's executor; the op stays alive through its reference. The Response
-  // rides on the heap: Asio moves a posted function several times, and a Response move costs
-  // more than the allocation.
+  // rides on the heap (the handler's allocator): Asio moves a posted function several times,
+  // and a Response move costs more than the allocation.
   // Destroyed uncalled (its io_context destroyed first), it drops the op and so the handler.
+  using response_alloc = typename alloc_traits::template rebind_alloc<Response>;
+  struct response_deleter {
+    [[no_unique_address]] response_alloc a;
+    void operator()(Response* r) const noexcept {
+      r->~Response();
+      response_alloc al(a);
+      std::allocator_traits<response_alloc>::deallocate(al, r, 1);
+    }
+  };
   struct invoker {
     ref<submit_op> op;
     std::error_code ec;
-    std::unique_ptr<Response> response;
+    std::unique_ptr<Response, response_deleter> response;
     using allocator_type = asio::associated_allocator_t<Handler>;
     allocator_type get_allocator() const noexcept {
       return asio::get_associated_allocator(op->b_.handler);
@@ -249,8 +273,12 @@ class submit_op final : public submit_op_base {
   };
 
   void post_completion(std::error_code ec, Response&& r) override {
-    detail::post(b_.work.get_executor(),
-                 invoker{ref<submit_op>(this), ec, std::make_unique<Response>(std::move(r))});
+    response_alloc a(alloc_);
+    Response* box = std::allocator_traits<response_alloc>::allocate(a, 1);
+    static_assert(std::is_nothrow_move_constructible_v<Response>);
+    ::new (static_cast<void*>(box)) Response(std::move(r));
+    std::unique_ptr<Response, response_deleter> response(box, response_deleter{a});
+    detail::post(b_.work.get_executor(), invoker{ref<submit_op>(this), ec, std::move(response)});
   }
 
   void invoke(std::error_code ec, Response&& r) {
@@ -263,12 +291,33 @@ class submit_op final : public submit_op_base {
     if (call) std::move(h)(ec, std::move(r));
   }
 
+  template <class R>
+  submit_op(const alloc_type& a, R&& r, const SubmitOptions& o)
+      : submit_op_base(std::forward<R>(r), o), alloc_(a) {}
   ~submit_op() override {}  // b_ is destroyed by destroy(); an unbound op never had one
+
+  template <class R>
+  static submit_op* make(alloc_type a, R&& r, const SubmitOptions& o) {
+    submit_op* p = alloc_traits::allocate(a, 1);
+    try {
+      ::new (static_cast<void*>(p)) submit_op(a, std::forward<R>(r), o);
+    } catch (...) {
+      alloc_traits::deallocate(a, p, 1);
+      throw;
+    }
+    return p;
+  }
+  void deallocate_self() noexcept {
+    alloc_type a(std::move(alloc_));
+    this->~submit_op();
+    alloc_traits::deallocate(a, this, 1);
+  }
   void destroy() noexcept override {
     b_.~bound();
-    delete this;
+    deallocate_self();
   }
 
+  [[no_unique_address]] alloc_type alloc_;  // std::allocator: no bytes
   union {
     bound b_;  // from bind()
   };
