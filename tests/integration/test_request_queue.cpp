@@ -639,6 +639,8 @@ namespace {
 struct allocation_log {
   std::map<void*, std::size_t> live;  // block -> bytes
   std::size_t allocations = 0;
+  std::function<bool()> right_place = [] { return true; };  // checked at every deallocation
+  std::size_t wrong_place = 0;
   std::size_t largest = 0;
   bool any_live_of_at_least(std::size_t bytes) const {
     return std::any_of(live.begin(), live.end(), [&](const auto& b) { return b.second >= bytes; });
@@ -661,6 +663,7 @@ struct logging_allocator {
   }
   void deallocate(T* p, std::size_t n) {
     CHECK(log->live.erase(p) == 1);  // given back once, and only what it handed out
+    if (!log->right_place()) ++log->wrong_place;
     std::allocator<T>().deallocate(p, n);
   }
   template <class U>
@@ -711,6 +714,43 @@ TEST_CASE("async_submit keeps its state in the handler's associated allocator an
     CHECK(log.allocations >= 2);
   }
   CHECK(log.live.empty());  // everything handed out came back
+}
+
+TEST_CASE("an op still held by a worker after its handler ran goes back to the handler's "
+          "allocator on the handler's executor",
+          "[queue][allocator][lifetime]") {
+  asio::io_context io;     // the queue's
+  asio::io_context other;  // the handler's: its allocator is called only from there
+  allocation_log log;
+  log.right_place = [&] { return other.get_executor().running_in_this_thread(); };
+  StubbornProvider provider;  // reads the request 50 ms into the call, whatever happened
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  const std::size_t op_bytes = sizeof(laneq::Request) + sizeof(laneq::SubmitOptions);
+  std::error_code seen;
+  bool called = false, op_held = false;
+  // Times out 10 ms into its call: the handler runs on `other` while the worker still holds
+  // the op for the provider; the worker lets go on the queue's strand 40 ms later.
+  queue.async_submit(chat("late"), {.timeout = 10ms},
+                     asio::bind_executor(other, asio::bind_allocator(
+                         logging_allocator<void>(&log), [&](std::error_code ec, laneq::Response) {
+                           seen = ec;
+                           called = true;
+                           op_held = log.any_live_of_at_least(op_bytes);
+                         })));
+  while (provider.read.empty()) {
+    io.run_one_for(5ms);
+    other.poll();
+  }
+  CHECK(called);
+  CHECK(seen == errc::timeout);
+  CHECK(op_held);  // the worker still had it when the handler ran
+  other.restart();
+  other.run();     // returns once the op went back: its tracked work kept `other` busy
+  CHECK(log.live.empty());
+  CHECK(log.wrong_place == 0);
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
 }
 
 TEST_CASE("metrics count every request once and export as JSON and Prometheus text",

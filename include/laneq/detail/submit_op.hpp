@@ -2,10 +2,10 @@
 // The state of one async_submit, type-erased over its completion handler. The queue (lib/)
 // works with submit_op_base only; the handler type lives in submit_op<Handler>.
 //
-// Lifetime: reference counted. One reference belongs to the completion path (released after the
-// handler ran on its own executor, or when its posted completion is destroyed uncalled with the
-// io_context), one to each posted cancellation, and one to a worker whose request was resolved
-// by someone else while it still had it (worker_ref). The
+// Lifetime: reference counted. One reference belongs to the completion path (released on the
+// handler's executor just before the handler runs, or when its posted completion is destroyed
+// uncalled with the io_context), one to each posted cancellation, and one to a worker whose
+// request was resolved by someone else while it still had it (worker_ref). The
 // cancellation slot handler is cleared on the handler's executor before the handler runs, which
 // is where Asio requires slot operations to happen.
 #include <atomic>
@@ -128,7 +128,17 @@ struct submit_op_base {
 
   void add_ref() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
-    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+    if ((refs.fetch_sub(1, std::memory_order_acq_rel) & ~handler_ran) == 1) destroy();
+  }
+  // The completion path's release, as its handler is about to run (nobody can take a new
+  // reference then). True: it was the last. Otherwise the op is marked, so that the last
+  // holder (a worker, a posted cancel) knows the handler has run.
+  bool release_before_handler() noexcept {
+    return (refs.fetch_add(handler_ran - 1, std::memory_order_acq_rel) & ~handler_ran) == 1;
+  }
+  // For the last holder: its release synchronized with the mark.
+  bool handler_has_run() const noexcept {
+    return (refs.load(std::memory_order_relaxed) & handler_ran) != 0;
   }
   // A reference held by something Asio may destroy without running (a posted function, a
   // coroutine frame): dropped either way.
@@ -154,6 +164,7 @@ struct submit_op_base {
   std::int32_t prompt_tokens = 0;  // prompt estimate, made once at admission
 
  private:
+  static constexpr int handler_ran = 1 << 30;  // a flag beside the count, in the same atomic
   std::atomic<int> refs{1};
 
  public:
@@ -285,10 +296,32 @@ class submit_op final : public submit_op_base {
     auto slot = asio::get_associated_cancellation_slot(b_.handler);
     if (slot.is_connected()) slot.clear();
     Handler h(std::move(b_.handler));
-    auto work = std::move(b_.work);  // keep the context busy until the handler has run
     const bool call = deliver_result;
-    release();                       // may delete this
+    if (release_before_handler()) {
+      auto work = std::move(b_.work);  // keep the context busy until the handler has run
+      give_back();
+    }
+    // Else a worker or a posted cancel lets go later, on the queue's strand: the op then goes
+    // back to the allocator here, on the handler's executor (kept busy until then by b_.work),
+    // so an allocator that is not thread-safe is never called from two threads.
     if (call) std::move(h)(ec, std::move(r));
+  }
+
+  // The op's memory goes back to the handler's allocator on the handler's executor; if that
+  // never runs (its io_context destroyed), when the posted function is destroyed.
+  struct giver {
+    submit_op* op;
+    explicit giver(submit_op* o) noexcept : op(o) {}
+    giver(giver&& o) noexcept : op(std::exchange(o.op, nullptr)) {}
+    giver& operator=(giver&&) = delete;
+    ~giver() {
+      if (op != nullptr) op->give_back();
+    }
+    void operator()() { std::exchange(op, nullptr)->give_back(); }
+  };
+  void give_back() noexcept {
+    b_.~bound();
+    deallocate_self();
   }
 
   template <class R>
@@ -313,8 +346,8 @@ class submit_op final : public submit_op_base {
     alloc_traits::deallocate(a, this, 1);
   }
   void destroy() noexcept override {
-    b_.~bound();
-    deallocate_self();
+    if (handler_has_run()) return detail::post(b_.work.get_executor(), giver(this));
+    give_back();
   }
 
   [[no_unique_address]] alloc_type alloc_;  // std::allocator: no bytes
