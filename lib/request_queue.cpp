@@ -1244,6 +1244,10 @@ struct throw_request_error {
 
 }  // namespace
 
+template <class Handler>
+struct detail::keeps_own_context_busy<throw_request_error<Handler>>
+    : detail::keeps_own_context_busy<Handler> {};
+
 asio::awaitable<Response> RequestQueue::submit(Request request, SubmitOptions options) {
   using signature = void(std::exception_ptr, Response);
   using awaitable_handler = asio::async_result<asio::use_awaitable_t<>, signature>::handler_type;

@@ -633,6 +633,38 @@ TEST_CASE("a pending submit keeps its handler's io_context busy until the handle
   io.run();
 }
 
+TEST_CASE("a coroutine awaiting submit() keeps its own io_context busy until it has resumed",
+          "[queue][executor]") {
+  // A coroutine's submit does not count work itself: co_spawn's guard, held for the coroutine's
+  // life, does. This holds laneq to that: if the guard went, `other` would stop below.
+  asio::io_context io;     // the queue's
+  asio::io_context other;  // the coroutine's
+  laneq::SimulatedProvider provider({.latency = 0ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  int status = 0;
+  SECTION("submit()") {
+    asio::co_spawn(other, [&]() -> asio::awaitable<void> {
+      status = (co_await queue.submit(chat())).status;
+    }, asio::detached);
+  }
+  SECTION("async_submit(use_awaitable)") {
+    asio::co_spawn(other, [&]() -> asio::awaitable<void> {
+      status = (co_await queue.async_submit(chat(), {}, asio::use_awaitable)).status;
+    }, asio::detached);
+  }
+  other.poll();  // the coroutine runs up to its co_await
+  CHECK_FALSE(other.stopped());
+  queue.start();
+  run_until(io, [&] { return queue.metrics().total.succeeded == 1; });
+  CHECK(status == 0);        // its completion waits on `other`
+  CHECK_FALSE(other.stopped());
+  other.run();               // resumes the coroutine, which ends; then nothing is left
+  CHECK(status == 200);
+  CHECK(other.stopped());
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+}
+
 namespace {
 
 // Counts what it hands out, block by block; not default-constructible, like a pool's handle.

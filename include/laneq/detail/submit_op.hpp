@@ -29,6 +29,7 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/prefer.hpp>
 #include <asio/post.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include "laneq/detail/post.hpp"
 #include "laneq/detail/unique_function.hpp"
@@ -90,6 +91,25 @@ class handler_work<Executor, std::enable_if_t<asio::execution::is_executor<Execu
   }
 
   tracked_type ex_;
+};
+
+// A coroutine's handler (use_awaitable): the coroutine's context is already kept busy, by the
+// work guard co_spawn holds for the coroutine's whole life (the handler owns the coroutine, so
+// the guard lives while the submit is pending). A second count would be two atomic operations
+// per submit for nothing.
+template <class Handler>
+struct keeps_own_context_busy : std::false_type {};
+template <class Executor, class... Ts>
+struct keeps_own_context_busy<asio::detail::awaitable_handler<Executor, Ts...>> : std::true_type {};
+
+template <class Executor>
+class untracked_work {
+ public:
+  explicit untracked_work(const Executor& ex) : ex_(ex) {}
+  const Executor& get_executor() const noexcept { return ex_; }
+
+ private:
+  Executor ex_;
 };
 
 // Defined in lib/request_queue.cpp.
@@ -245,7 +265,9 @@ class submit_op final : public submit_op_base {
     bound(Handler h, const asio::any_io_executor& io_ex)
         : handler(std::move(h)), work(asio::get_associated_executor(handler, io_ex)) {}
     Handler handler;
-    handler_work<executor_type> work;
+    std::conditional_t<keeps_own_context_busy<Handler>::value, untracked_work<executor_type>,
+                       handler_work<executor_type>>
+        work;
   };
 
   struct canceller {
