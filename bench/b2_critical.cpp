@@ -25,13 +25,13 @@ namespace {
 class StampingProvider final : public laneq::Provider {
  public:
   StampingProvider() : inner_({.latency = 5ms}) {}
-  void async_call(const laneq::Request& r, laneq::CallContext ctx,
+  void async_call(const laneq::Request& r, const laneq::CallContext& ctx,
                   laneq::CallCompletion done) noexcept override {
     if (r.model.starts_with("critical-")) {
       std::lock_guard lock(mu_);
       started_[r.model] = steady::now();
     }
-    inner_.async_call(r, std::move(ctx), std::move(done));
+    inner_.async_call(r, ctx, std::move(done));
   }
   const char* name() const noexcept override { return "stamping"; }
   steady::time_point started(const std::string& id) {

@@ -38,7 +38,7 @@ struct Start {
 class StampingProvider final : public laneq::Provider {
  public:
   explicit StampingProvider(laneq::SimulatedProviderConfig c) : inner_(std::move(c)) {}
-  void async_call(const laneq::Request& r, laneq::CallContext ctx,
+  void async_call(const laneq::Request& r, const laneq::CallContext& ctx,
                   laneq::CallCompletion done) noexcept override {
     std::size_t i;
     {
@@ -46,7 +46,7 @@ class StampingProvider final : public laneq::Provider {
       i = starts_.size();
       starts_.push_back({steady::now(), 0});
     }
-    inner_.async_call(r, std::move(ctx),
+    inner_.async_call(r, ctx,
                       laneq::CallCompletion([this, i, done = std::move(done)](
                                                 std::error_code ec, laneq::Response resp) mutable {
                         {

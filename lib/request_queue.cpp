@@ -221,6 +221,10 @@ class strand_inbox {
 };
 
 struct worker {
+  explicit worker(const CallExecutor& strand) : call_context{strand, signal.slot()} {}
+  worker(const worker&) = delete;  // call_context holds a slot of its signal
+  worker& operator=(const worker&) = delete;
+
   int index = 0;
   bool reserved = false;
   op_ptr current = nullptr;
@@ -230,6 +234,9 @@ struct worker {
   Response* answer = nullptr;
   Response result;
   asio::cancellation_signal signal;
+  // What every call of this worker's gets (its deadline set per call): built once, so a call
+  // copies no strand (an atomic increment and decrement each).
+  CallContext call_context;
   unique_function<void(op_ptr)> parked;
 };
 
@@ -385,7 +392,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       if (self->started_ || self->stopping_) return;
       self->started_ = true;
       for (std::size_t i = 0; i < self->cfg_.workers; ++i) {
-        auto w = std::make_unique<worker>();
+        auto w = std::make_unique<worker>(self->strand_);
         w->index = static_cast<int>(i);
         w->reserved = i < self->cfg_.reserved_workers;
         ++self->workers_alive_;
@@ -857,23 +864,26 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     auto token = asio::experimental::as_tuple(on_strand);
     return asio::async_initiate<decltype(token), void(std::error_code)>(
         [this, &w, op](auto handler) {
+          w.call_context.deadline = op->deadline;
           provider_.async_call(
-              op->request, CallContext{strand_, w.signal.slot(), op->deadline},
-              CallCompletion([h = std::move(handler), &w](std::error_code e, Response&& r) mutable {
+              op->request, w.call_context,
+              CallCompletion([this, h = std::move(handler), &w](std::error_code e,
+                                                                Response&& r) mutable {
                 // The worker is suspended on exactly this completion: nobody else touches
                 // w.answer until the worker resumes on the strand.
-                auto ex = asio::get_associated_executor(h);
                 // Already on the strand (a provider that posts to ctx.executor, as ours do):
                 // resume at once. dispatch() would too, after querying the strand's inner
                 // any_io_executor for its blocking property, which allocates. The worker runs
                 // inside this call up to its next co_await, which comes after it has used the
-                // answer: the provider's Response is read where it is, not moved.
-                if (ex.running_in_this_thread()) {
+                // answer: the provider's Response is read where it is, not moved. (The
+                // worker's executor is this strand: asked here, no copy of it is made.)
+                if (strand_.running_in_this_thread()) {
                   w.answer = &r;
                   std::move(h)(e);
                 } else {
                   w.result = std::move(r);
                   w.answer = &w.result;
+                  auto ex = asio::get_associated_executor(h);
                   asio::dispatch(ex, asio::detail::bind_handler(std::move(h), e));
                 }
               }));

@@ -67,7 +67,7 @@ SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
   return p;
 }
 
-void SimulatedProvider::async_call(const Request& request, CallContext ctx,
+void SimulatedProvider::async_call(const Request& request, const CallContext& ctx,
                                    CallCompletion done) noexcept {
   const auto called = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
   const auto now_in_flight =

@@ -32,11 +32,12 @@ class Provider {
  public:
   virtual ~Provider() = default;
 
-  // Starts one call. `request` stays valid until `done` is invoked. Must not invoke `done`
-  // inline (post it) and must not block. Cancellation: when `ctx.cancel` is emitted the call is
+  // Starts one call. `request` stays valid until `done` is invoked; `ctx` only during this
+  // call (copy its executor or slot to keep them). Must not invoke `done` inline (post it)
+  // and must not block. Cancellation: when `ctx.cancel` is emitted the call is
   // aborted and `done` gets an error (any; the queue reports `cancelled` or `timeout`). The
   // queue emits `ctx.cancel` on `ctx.executor`. Failures are reported through `done`, never thrown.
-  virtual void async_call(const Request& request, CallContext ctx,
+  virtual void async_call(const Request& request, const CallContext& ctx,
                           CallCompletion done) noexcept = 0;
 
   // Short name for metrics and logs ("openai", "simulated", ...).

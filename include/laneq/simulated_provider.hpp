@@ -42,7 +42,8 @@ class SimulatedProvider final : public Provider {
  public:
   explicit SimulatedProvider(SimulatedProviderConfig config = {});
 
-  void async_call(const Request& request, CallContext ctx, CallCompletion done) noexcept override;
+  void async_call(const Request& request, const CallContext& ctx,
+                  CallCompletion done) noexcept override;
   const char* name() const noexcept override { return "simulated"; }
 
   void script(SimulatedOutcome outcome);     // thread-safe

@@ -20,10 +20,10 @@ AnthropicProvider::AnthropicProvider(Transport& transport, AnthropicConfig confi
   for (auto& h : config.extra_headers) headers_.push_back(std::move(h));
 }
 
-void AnthropicProvider::async_call(const Request& request, CallContext ctx,
+void AnthropicProvider::async_call(const Request& request, const CallContext& ctx,
                                    CallCompletion done) noexcept {
   detail::async_http_call<anthropic::StreamAccumulator, anthropic::parse_response>(
-      transport_, url_, headers_, request, std::move(ctx), std::move(done), "Anthropic",
+      transport_, url_, headers_, request, ctx, std::move(done), "Anthropic",
       [&] { return anthropic::request_body(request, default_max_tokens_); });
 }
 

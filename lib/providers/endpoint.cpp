@@ -36,7 +36,8 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
   return {std::move(url), std::move(key)};
 }
 
-void fail_call(CallContext& ctx, CallCompletion& done, std::error_code ec, std::string message) {
+void fail_call(const CallContext& ctx, CallCompletion& done, std::error_code ec,
+               std::string message) {
   Response r;
   r.error_type = "invalid_request";
   r.error_message = std::move(message);

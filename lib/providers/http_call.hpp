@@ -28,7 +28,7 @@ using parse_fn = std::error_code (*)(int status, const Headers& headers, std::st
 // Parse: its parse_response, for every answer that is not a streamed 2xx.
 template <class Accumulator, parse_fn Parse>
 void start_http_call(Transport& transport, HttpRequest http, const Request& request,
-                     CallContext ctx, CallCompletion done) {
+                     const CallContext& ctx, CallCompletion done) {
   struct stream_state {
     SseParser parser;
     Accumulator acc;
@@ -74,14 +74,15 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
 
 // A call that fails before it starts (e.g. a body that cannot be built): reported through
 // `done` on the caller's executor, never inline.
-void fail_call(CallContext& ctx, CallCompletion& done, std::error_code ec, std::string message);
+void fail_call(const CallContext& ctx, CallCompletion& done, std::error_code ec,
+               std::string message);
 
 // A provider's whole async_call: POST build_body() to `url` with `headers`. A
 // std::invalid_argument from build_body is the caller's mistake (e.g. a non-object
 // Request::extra) -> bad_request with its message; anything else -> internal, naming `provider`.
 template <class Accumulator, parse_fn Parse, class BuildBody>
 void async_http_call(Transport& transport, const std::string& url, const Headers& headers,
-                     const Request& request, CallContext ctx, CallCompletion done,
+                     const Request& request, const CallContext& ctx, CallCompletion done,
                      const char* provider, BuildBody build_body) noexcept {
   HttpRequest http;
   try {
@@ -100,7 +101,7 @@ void async_http_call(Transport& transport, const std::string& url, const Headers
     return fail_call(ctx, done, errc::internal,
                      std::string(provider) + ": could not build the request body");
   }
-  start_http_call<Accumulator, Parse>(transport, std::move(http), request, std::move(ctx),
+  start_http_call<Accumulator, Parse>(transport, std::move(http), request, ctx,
                                       std::move(done));
 }
 

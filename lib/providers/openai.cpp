@@ -19,10 +19,10 @@ OpenAIProvider::OpenAIProvider(Transport& transport, OpenAIConfig config) : tran
   for (auto& h : config.extra_headers) headers_.push_back(std::move(h));
 }
 
-void OpenAIProvider::async_call(const Request& request, CallContext ctx,
+void OpenAIProvider::async_call(const Request& request, const CallContext& ctx,
                                 CallCompletion done) noexcept {
   detail::async_http_call<openai::StreamAccumulator, openai::parse_response>(
-      transport_, url_, headers_, request, std::move(ctx), std::move(done), "OpenAI",
+      transport_, url_, headers_, request, ctx, std::move(done), "OpenAI",
       [&] { return openai::request_body(request); });
 }
 

@@ -107,7 +107,7 @@ class Reports {
 // tests that use it never cancel a call in flight.
 class ManualProvider final : public laneq::Provider {
  public:
-  void async_call(const laneq::Request& r, laneq::CallContext ctx,
+  void async_call(const laneq::Request& r, const laneq::CallContext& ctx,
                   laneq::CallCompletion done) noexcept override {
     std::function<void()> hook;
     {

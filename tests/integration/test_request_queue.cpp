@@ -436,7 +436,7 @@ namespace {
 // alive although the submit was resolved (and its handler ran) long before.
 class StubbornProvider final : public laneq::Provider {
  public:
-  void async_call(const laneq::Request& r, laneq::CallContext ctx,
+  void async_call(const laneq::Request& r, const laneq::CallContext& ctx,
                   laneq::CallCompletion done) noexcept override {
     auto timer = std::make_shared<asio::steady_timer>(ctx.executor, 50ms);
     timer->async_wait([this, &r, timer, done = std::move(done)](std::error_code) mutable {

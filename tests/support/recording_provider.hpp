@@ -17,13 +17,13 @@ class RecordingProvider final : public Provider {
 
   explicit RecordingProvider(SimulatedProviderConfig c = {}) : inner(std::move(c)) {}
 
-  void async_call(const Request& r, CallContext ctx, CallCompletion done) noexcept override {
+  void async_call(const Request& r, const CallContext& ctx, CallCompletion done) noexcept override {
     {
       std::lock_guard lock(mu_);
       starts_.emplace_back(r.messages.at(0).content, clock::now());
       ids_.push_back(r.id);
     }
-    inner.async_call(r, std::move(ctx), std::move(done));
+    inner.async_call(r, ctx, std::move(done));
   }
   const char* name() const noexcept override { return "recording"; }
 

@@ -23,7 +23,8 @@ class AnthropicProvider final : public Provider {
   // base URL. The key never appears in errors or logs.
   AnthropicProvider(Transport& transport, AnthropicConfig config = {});
 
-  void async_call(const Request& request, CallContext ctx, CallCompletion done) noexcept override;
+  void async_call(const Request& request, const CallContext& ctx,
+                  CallCompletion done) noexcept override;
   const char* name() const noexcept override { return "anthropic"; }
 
   const std::string& url() const noexcept { return url_; }

@@ -24,7 +24,8 @@ class OpenAIProvider final : public Provider {
   // base URL (a local endpoint may need no key). The key never appears in errors or logs.
   OpenAIProvider(Transport& transport, OpenAIConfig config = {});
 
-  void async_call(const Request& request, CallContext ctx, CallCompletion done) noexcept override;
+  void async_call(const Request& request, const CallContext& ctx,
+                  CallCompletion done) noexcept override;
   const char* name() const noexcept override { return "openai"; }
 
   const std::string& url() const noexcept { return url_; }
