@@ -16,6 +16,7 @@
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
@@ -633,6 +634,16 @@ TEST_CASE("a pending submit keeps its handler's io_context busy until the handle
   io.run();
 }
 
+// The adapters are recognized (a forward declaration that missed Asio's would not be).
+using coroutine_handler = asio::detail::awaitable_handler<asio::any_io_executor, std::error_code>;
+static_assert(laneq::detail::keeps_own_context_busy<coroutine_handler>::value);
+static_assert(laneq::detail::keeps_own_context_busy<
+              asio::experimental::detail::as_tuple_handler<coroutine_handler>>::value);
+static_assert(laneq::detail::keeps_own_context_busy<
+              asio::detail::redirect_error_handler<coroutine_handler>>::value);
+static_assert(!laneq::detail::keeps_own_context_busy<
+              asio::experimental::detail::as_tuple_handler<std::function<void()>>>::value);
+
 TEST_CASE("a coroutine awaiting submit() keeps its own io_context busy until it has resumed",
           "[queue][executor]") {
   // A coroutine's submit does not count work itself: co_spawn's guard, held for the coroutine's
@@ -650,6 +661,19 @@ TEST_CASE("a coroutine awaiting submit() keeps its own io_context busy until it 
   SECTION("async_submit(use_awaitable)") {
     asio::co_spawn(other, [&]() -> asio::awaitable<void> {
       status = (co_await queue.async_submit(chat(), {}, asio::use_awaitable)).status;
+    }, asio::detached);
+  }
+  SECTION("async_submit(as_tuple(use_awaitable))") {
+    asio::co_spawn(other, [&]() -> asio::awaitable<void> {
+      auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+      status = ec ? -1 : r.status;
+    }, asio::detached);
+  }
+  SECTION("async_submit(redirect_error(use_awaitable, ec))") {
+    asio::co_spawn(other, [&]() -> asio::awaitable<void> {
+      std::error_code ec;
+      auto r = co_await queue.async_submit(chat(), {}, asio::redirect_error(asio::use_awaitable, ec));
+      status = ec ? -1 : r.status;
     }, asio::detached);
   }
   other.poll();  // the coroutine runs up to its co_await

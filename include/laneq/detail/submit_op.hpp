@@ -36,6 +36,16 @@
 #include "laneq/metrics.hpp"
 #include "laneq/request.hpp"
 
+// Asio's adapters around a coroutine's handler (declared here to keep their headers out).
+namespace asio::experimental::detail {
+template <typename Handler>
+class as_tuple_handler;
+}  // namespace asio::experimental::detail
+namespace asio::detail {
+template <typename Handler>
+class redirect_error_handler;
+}  // namespace asio::detail
+
 namespace laneq::detail {
 
 class queue_impl;
@@ -101,6 +111,12 @@ template <class Handler>
 struct keeps_own_context_busy : std::false_type {};
 template <class Executor, class... Ts>
 struct keeps_own_context_busy<asio::detail::awaitable_handler<Executor, Ts...>> : std::true_type {};
+template <class Handler>  // as_tuple(use_awaitable)
+struct keeps_own_context_busy<asio::experimental::detail::as_tuple_handler<Handler>>
+    : keeps_own_context_busy<Handler> {};
+template <class Handler>  // redirect_error(use_awaitable, ec)
+struct keeps_own_context_busy<asio::detail::redirect_error_handler<Handler>>
+    : keeps_own_context_busy<Handler> {};
 
 template <class Executor>
 class untracked_work {
