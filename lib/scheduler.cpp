@@ -326,11 +326,13 @@ std::optional<Scheduler::Item> Scheduler::pop_expired(TimePoint now) {
     slot = heap_.front().slot;
     best = heap_.front().deadline;
   }
-  for (const Lane& lane : lanes_)
-    if (lane.dl_head != npos && deadline_of(lane.dl_head) < best) {
+  for (const Lane& lane : lanes_) {
+    if (lane.dl_head == npos) continue;
+    if (const TimePoint d = deadline_of(lane.dl_head); d < best) {
       slot = lane.dl_head;
-      best = deadline_of(slot);
+      best = d;
     }
+  }
   if (slot == npos || best > now) return std::nullopt;
   return unlink(slot);
 }

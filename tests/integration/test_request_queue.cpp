@@ -794,10 +794,10 @@ TEST_CASE("an op still held by a worker after its handler ran goes back to the h
                            called = true;
                            op_held = log.any_live_of_at_least(op_bytes);
                          })));
-  while (provider.read.empty()) {
-    io.run_one_for(5ms);
+  run_until(io, [&] {  // the queue's loop a handler at a time, the handler's in between
     other.poll();
-  }
+    return !provider.read.empty();
+  });
   CHECK(called);
   CHECK(seen == errc::timeout);
   CHECK(op_held);  // the worker still had it when the handler ran
