@@ -809,6 +809,69 @@ TEST_CASE("an op still held by a worker after its handler ran goes back to the h
   io.run();
 }
 
+namespace {
+
+// An io_context's executor whose execute() throws bad_alloc once `fail` is set: a post that
+// finds no memory.
+struct failing_executor {
+  asio::io_context::executor_type inner;
+  const bool* fail;
+  template <class F>
+  void execute(F&& f) const {
+    if (*fail) throw std::bad_alloc();
+    asio::post(inner, std::forward<F>(f));
+  }
+  failing_executor require(asio::execution::blocking_t::never_t) const noexcept { return *this; }
+  static constexpr asio::execution::blocking_t query(asio::execution::blocking_t) noexcept {
+    return asio::execution::blocking.never;
+  }
+  asio::execution_context& query(asio::execution::context_t) const noexcept {
+    return inner.context();
+  }
+  friend bool operator==(const failing_executor& a, const failing_executor& b) noexcept {
+    return a.inner == b.inner && a.fail == b.fail;
+  }
+  friend bool operator!=(const failing_executor& a, const failing_executor& b) noexcept {
+    return !(a == b);
+  }
+};
+static_assert(asio::execution::is_executor<failing_executor>::value);
+
+}  // namespace
+
+TEST_CASE("an op whose late give-back cannot be posted goes back to its allocator at once, "
+          "without terminating",
+          "[queue][allocator][lifetime]") {
+  allocation_log log;      // outlives both loops: what they hold goes back to it
+  asio::io_context io;     // the queue's
+  asio::io_context other;  // the handler's; nothing counts work there for this executor
+  auto other_busy = asio::make_work_guard(other);
+  log.right_place = [&] { return other.get_executor().running_in_this_thread(); };
+  StubbornProvider provider;  // reads the request 50 ms into the call, whatever happened
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  bool fail = false;
+  bool called = false;
+  queue.async_submit(chat("late"), {.timeout = 10ms},
+                     asio::bind_executor(failing_executor{other.get_executor(), &fail},
+                                         asio::bind_allocator(logging_allocator<void>(&log),
+                                                              [&](std::error_code, laneq::Response) {
+                                                                called = true;
+                                                                fail = true;  // from now on
+                                                              })));
+  run_until(io, [&] {
+    other.poll();
+    return !provider.read.empty();
+  });
+  CHECK(called);
+  // The worker let go on the queue's thread, the post to `other` threw: given back there.
+  CHECK(log.live.empty());
+  CHECK(log.wrong_place == 1);
+  other_busy.reset();
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+}
+
 TEST_CASE("metrics count every request once and export as JSON and Prometheus text",
           "[queue][metrics]") {
   asio::io_context io;

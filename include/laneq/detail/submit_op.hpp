@@ -384,7 +384,15 @@ class submit_op final : public submit_op_base {
     alloc_traits::deallocate(a, this, 1);
   }
   void destroy() noexcept override {
-    if (handler_has_run()) return detail::post(b_.work.get_executor(), giver(this));
+    if (handler_has_run()) {
+      try {
+        return detail::post(b_.work.get_executor(), giver(this));
+      } catch (...) {
+        // No memory for the post (or an executor that throws): the giver, destroyed unposted,
+        // gave the op back here, on this thread. Better than terminating in a noexcept path.
+        return;
+      }
+    }
     give_back();
   }
 
