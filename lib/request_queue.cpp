@@ -656,7 +656,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       return finish(op, e, Metrics::Outcome::failed,
                     was_waiting ? Metrics::From::waiting : Metrics::From::queued);
     }
-    op->sched_id = r.id;
+    op->sched.id = r.id;
     op->st = state::queued;
     metrics_.enqueued(op->lane, op->client_ref, was_waiting);
     if (op->deadline != never) arm_timer(op->deadline);
@@ -724,10 +724,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (const auto next = sched_.next_payload_hint()) prefetch(reinterpret_cast<op_ptr>(next));
     __builtin_prefetch(op->request.messages.data());
     op->st = state::in_flight;
-    op->started_at = now;
-    op->sched_id = item->seq;  // a retry goes back to this place
+    op->sched.started = now.time_since_epoch();
+    op->sched.id = item->seq;  // a retry goes back to this place
     ++in_flight_;
-    metrics_.started(op->lane, op->client_ref, op->started_at - op->submitted_at);
+    metrics_.started(op->lane, op->client_ref, op->started_at() - op->submitted_at);
     admit_waiters();
     return op;
   }
@@ -791,7 +791,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         if (stop_workers_) break;
         op = co_await park(w);
         if (!op) break;
-        now = op->started_at;
+        now = op->started_at();
       }
       // A request the worker resolves itself needs no reference of the worker's: nobody else
       // completes it (and so frees it) before the worker has let go. One resolved by someone
@@ -846,7 +846,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   void begin_attempt(worker& w, op_ptr op, steady::time_point now) {
-    op->started_at = now;  // service time = the call itself
+    op->sched.started = now.time_since_epoch();  // service time = the call itself
     if (!op->durable) return;
     // The lease is informative (a journal has one owner at a time): the call's deadline.
     const auto lease = op->deadline != never ? op->deadline - now
@@ -959,12 +959,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                              .enqueued_at = op->submitted_at,
                              .deadline = std::nullopt,
                              .cost = op->options.cost,
-                             .seq = op->sched_id};
+                             .seq = op->sched.id};
     if (op->options.timeout) args.deadline = op->deadline;
     const auto r = sched_.push(args);  // a requeue is never rejected for capacity
     if (r.status != Scheduler::PushStatus::ok)
       return finish(op, errc::internal, Metrics::Outcome::failed, Metrics::From::in_flight);
-    op->sched_id = r.id;
+    op->sched.id = r.id;
     op->st = state::queued;
     metrics_.requeued(op->lane, op->client_ref);
   }
@@ -987,11 +987,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     auto service = steady::duration::zero();
     if (from == Metrics::From::in_flight) {
       finished_at_ = steady::now();
-      service = finished_at_ - op->started_at;
+      service = finished_at_ - op->started_at();
     }
     metrics_.finished(op->lane, op->client_ref, outcome, from, service);
     if (from == Metrics::From::in_flight) {
-      resp.queue_wait = op->started_at - op->submitted_at;  // incl. limiter wait and retries
+      resp.queue_wait = op->started_at() - op->submitted_at;  // incl. limiter wait and retries
       resp.service_time = service;
     }
     if (op->durable && op->durable->row > 0) return settle_durable(op, ec, outcome, std::move(resp));
@@ -1008,7 +1008,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::waiting);
         break;
       case state::queued:
-        sched_.remove(op->sched_id);
+        sched_.remove(op->sched.id);
         finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::queued);
         admit_waiters();
         break;

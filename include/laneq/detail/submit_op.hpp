@@ -208,16 +208,24 @@ struct submit_op_base {
     submit_op_base* prev;
     submit_op_base* next;
   };
+  struct scheduled {
+    // queued: the scheduler's id (for remove). Taken by a worker: the scheduler's seq, so a
+    // retry goes back to its original place.
+    std::uint64_t id;
+    // Taken by a worker (and between attempts): when its attempt started.
+    std::chrono::steady_clock::duration started;  // since the clock's epoch
+  };
   union {
     // created: `wait.next` links the intake. waiting: the waiting-for-room list.
     links wait{nullptr, nullptr};
-    // queued: the scheduler's id (for remove). Taken by a worker: the scheduler's seq, so a
-    // retry goes back to its original place.
-    std::uint64_t sched_id;
+    // From queued on (the links are dead by then): 8 bytes less per request.
+    scheduled sched;
   };
+  std::chrono::steady_clock::time_point started_at() const noexcept {
+    return std::chrono::steady_clock::time_point(sched.started);
+  }
   Metrics::ClientRef client_ref{};
   std::chrono::steady_clock::time_point submitted_at{};
-  std::chrono::steady_clock::time_point started_at{};
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::unique_ptr<durable_state> durable{};  // SubmitOptions::durable or recovered
 
