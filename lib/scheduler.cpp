@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <stdexcept>
 
 namespace laneq {
@@ -9,6 +10,9 @@ namespace laneq {
 namespace {
 constexpr std::uint8_t no_deadline = 0, lane_deadline = 1, explicit_deadline = 2;
 constexpr std::size_t idle_client_sweep = 4096;  // idle clients kept before a sweep
+// A turn's grant is capped far above any cost (costs are 32-bit): quantum x weight, both 32-bit,
+// could overflow a signed 64-bit deficit otherwise; no realistic configuration reaches the cap.
+constexpr std::uint64_t max_grant = std::uint64_t{1} << 40;
 }  // namespace
 
 Scheduler::Scheduler(SchedulerConfig config) : cfg_(std::move(config)) {
@@ -146,6 +150,19 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   } else if (lane.spec.timeout.count() > 0) {
     n.deadline_kind = lane_deadline;
     insert_by_seq<&Node::dl_prev, &Node::dl_next>(slot, lane.dl_head, lane.dl_tail);
+    // The list is in seq order, which is deadline order only while enqueued_at grows with seq.
+    // An item admitted earlier than its push (a durable request pushed once its journal row is
+    // committed; clocks read on several threads) may break that: its deadline goes to the heap.
+    const bool after_prev = n.dl_prev == npos || nodes_[n.dl_prev].enqueued_at <= n.enqueued_at;
+    const bool before_next = n.dl_next == npos || n.enqueued_at <= nodes_[n.dl_next].enqueued_at;
+    if (!after_prev || !before_next) {
+      (n.dl_prev != npos ? nodes_[n.dl_prev].dl_next : lane.dl_head) = n.dl_next;
+      (n.dl_next != npos ? nodes_[n.dl_next].dl_prev : lane.dl_tail) = n.dl_prev;
+      n.deadline_kind = explicit_deadline;
+      n.dl_prev = static_cast<std::uint32_t>(heap_.size());
+      heap_.push_back({n.enqueued_at + lane.spec.timeout, slot});
+      heap_up(heap_.size() - 1);
+    }
   } else {
     n.deadline_kind = no_deadline;
   }
@@ -158,6 +175,7 @@ void Scheduler::ring_insert(std::size_t l, std::uint32_t c) {
   Lane& lane = lanes_[l];
   ClientLane& q = clients_[c].lanes[l];
   q.deficit = 0;
+  ++lane.ring_size;
   if (lane.current == npos) {
     q.ring_prev = q.ring_next = c;
     lane.current = c;
@@ -177,6 +195,7 @@ void Scheduler::ring_erase(std::size_t l, std::uint32_t c) {
   Lane& lane = lanes_[l];
   ClientLane& q = clients_[c].lanes[l];
   q.deficit = 0;
+  --lane.ring_size;
   if (q.ring_next == c) {
     lane.current = npos;
   } else {
@@ -214,25 +233,33 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
     heap_erase(n.dl_prev);
   }
 
-  // free the slot; bumping the generation invalidates outstanding ids
+  // free the slot; bumping the generation invalidates outstanding ids. A slot whose
+  // generation wrapped is retired (64 bytes per 2^32 reuses): reused, an id from 2^32
+  // generations ago would name its new item.
   n.client = npos;
-  ++n.gen;
-  if (n.gen == 0) n.gen = 1;
-  n.lane_next = free_head_;
-  free_head_ = slot;
+  if (++n.gen != 0) {
+    n.lane_next = free_head_;
+    free_head_ = slot;
+  }
   --size_;
   if (idle_clients_ > idle_client_sweep && idle_clients_ > clients_by_name_.size() / 2)
     collect_idle_clients();
   return item;
 }
 
+std::int64_t Scheduler::grant(std::uint32_t client) const noexcept {
+  return static_cast<std::int64_t>(
+      std::min(std::uint64_t{cfg_.quantum} * clients_[client].weight, max_grant));
+}
+
 std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
   Lane& lane = lanes_[l];
+  std::uint32_t turns = 0;  // turned over in this pop, nobody served
   for (;;) {
     const std::uint32_t c = lane.current;
     ClientLane& q = clients_[c].lanes[l];
     if (lane.fresh_turn) {
-      q.deficit += static_cast<std::int64_t>(cfg_.quantum) * clients_[c].weight;
+      q.deficit += grant(c);
       lane.fresh_turn = false;
     }
     const std::uint32_t head = q.head;
@@ -242,14 +269,37 @@ std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
     }
     lane.current = q.ring_next;  // turn over; the deficit carries to its next turn
     lane.fresh_turn = true;
+    if (++turns == lane.ring_size) skip_rounds(l);
   }
+}
+
+// A whole round in which no client could pay for its head (costs above quantum x weight): the
+// rounds until the first one can are granted at once, instead of turn by turn (which, with
+// costs in tokens and quantum 1, would be millions of turns). Same order as turn by turn.
+void Scheduler::skip_rounds(std::size_t l) {
+  const Lane& lane = lanes_[l];
+  std::int64_t rounds = std::numeric_limits<std::int64_t>::max();  // until the first can pay
+  std::uint32_t c = lane.current;
+  do {
+    const ClientLane& q = clients_[c].lanes[l];
+    const std::int64_t need = std::int64_t{nodes_[q.head].cost} - q.deficit;  // > 0 here
+    const std::int64_t g = grant(c);
+    rounds = std::min(rounds, (need + g - 1) / g);
+    c = q.ring_next;
+  } while (c != lane.current);
+  if (rounds <= 1) return;
+  do {  // (rounds - 1) x grant < need <= 2^32 for the client that decided it; less for others
+    ClientLane& q = clients_[c].lanes[l];
+    q.deficit += (rounds - 1) * grant(c);
+    c = q.ring_next;
+  } while (c != lane.current);
 }
 
 std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_t mask) {
   std::uint64_t avail = nonempty_ & mask;
   if (avail == 0) return std::nullopt;
   std::size_t best = static_cast<std::size_t>(std::countr_zero(avail));
-  bool promoted = false;
+  const std::size_t natural = best;  // the best lane without aging
   if ((avail & aging_mask_) != 0) {
     // effective rank = rank - waited / age_step of the lane's oldest item; ties -> older wins
     auto eff = [&](std::size_t r) -> std::int64_t {
@@ -260,7 +310,6 @@ std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_
       return std::max<std::int64_t>(0, static_cast<std::int64_t>(r) - steps);
     };
     std::int64_t best_eff = eff(best);
-    promoted = best_eff < static_cast<std::int64_t>(best);
     for (std::uint64_t rest = avail & (avail - 1); rest != 0; rest &= rest - 1) {
       const auto r = static_cast<std::size_t>(std::countr_zero(rest));
       if ((aging_mask_ >> r & 1) == 0) continue;
@@ -269,11 +318,12 @@ std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_
           (e == best_eff && nodes_[lanes_[r].head].seq < nodes_[lanes_[best].head].seq)) {
         best = r;
         best_eff = e;
-        promoted = e < static_cast<std::int64_t>(r);
       }
     }
   }
-  const std::uint32_t slot = promoted ? lanes_[best].head : pop_round_robin(best);
+  // Promoted past a better lane: its oldest request, the one that earned it. The lane served
+  // anyway keeps its clients' turns, however long its requests have waited.
+  const std::uint32_t slot = best != natural ? lanes_[best].head : pop_round_robin(best);
   return unlink(slot);
 }
 

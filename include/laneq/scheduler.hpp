@@ -7,18 +7,25 @@
 //      improves one step per its lane's `age_step` waited; equal effective rank -> older first;
 //   2. inside a lane: clients in (deficit) round-robin, `weight` x `quantum` cost units per turn;
 //   3. inside a client and lane: FIFO.
-// A request promoted by aging is taken from the head of its lane (the oldest one).
+// A request promoted by aging past a better lane is taken from the head of its lane (the oldest
+// one, which earned it); the lane that is served anyway keeps its clients' turns.
 //
 // Complexity (n = queued requests, c = clients, L = lanes, L <= 64):
-//   push            O(1) amortized (+ O(log n) when the item has an explicit deadline);
+//   push            O(1) amortized (+ O(log n) when the item has an explicit deadline, or a
+//                   lane-default one out of arrival order, see below);
 //                   a requeue (PushArgs::seq) walks from the head to its place: O(older items)
-//   pop             O(L); O(1) in n and c when quantum*weight >= cost (otherwise
-//                   O(cost / (quantum*weight)) turns per pop)
-//   remove(id)      O(1) (+ O(log n) for explicit-deadline items)
+//   pop             O(L) when quantum*weight >= cost; otherwise O(L + c) at worst (a round in
+//                   which no client can pay for its head is followed by skipping, in one pass,
+//                   every round until one can)
+//   remove(id)      O(1) (+ O(log n) for heap-held deadlines)
 //   pop_expired     O(L + log n) per expired item; next_deadline O(L)
 //   next_payload_hint  O(1) (a hint for prefetching: aging and deficits aside)
-// Lane-default deadlines are monotone within a lane, so they need no heap: only per-request
-// overrides live in a binary heap.
+//   pop and remove are amortized: every 4096 idle clients (no request queued), one O(c) sweep
+//   forgets them.
+// Lane-default deadlines follow arrival order within a lane, so they need no heap: only
+// per-request overrides live in a binary heap, and the rare lane default that does not follow
+// (an item pushed after a later-enqueued one, e.g. a durable request whose journal commit took
+// a while).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -165,12 +172,15 @@ class Scheduler {
     std::uint32_t head = npos, tail = npos;        // all items, seq order
     std::uint32_t dl_head = npos, dl_tail = npos;  // lane-default deadline items
     std::uint32_t current = npos;                  // client whose turn it is
+    std::uint32_t ring_size = 0;                   // clients in the round
     bool fresh_turn = true;                        // current has not yet got its quantum
     std::size_t count = 0;
   };
 
   std::optional<Item> pop_masked(TimePoint now, std::uint64_t mask);
   std::uint32_t pop_round_robin(std::size_t lane);
+  std::int64_t grant(std::uint32_t client) const noexcept;  // DRR units per turn
+  void skip_rounds(std::size_t lane);
   std::uint32_t client_for(std::string_view name);
   Item unlink(std::uint32_t slot);
   void ring_insert(std::size_t lane, std::uint32_t client);

@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -134,6 +135,80 @@ TEST_CASE("cost-based DRR shares cost units, not request counts", "[scheduler]")
   }
 }
 
+namespace {
+// Deficit round-robin turn by turn, for a backlog pushed before the first pop: clients in order
+// of their first request, `quantum` x weight per turn, a client's turn lasts while it can pay.
+std::vector<std::uint64_t> drr_reference(
+    const std::vector<std::tuple<std::string, std::uint32_t, std::uint64_t>>& pushes,  // client, cost, payload
+    std::uint32_t quantum, const std::map<std::string, std::uint32_t>& weights) {
+  std::vector<std::string> ring;
+  std::map<std::string, std::vector<std::pair<std::uint32_t, std::uint64_t>>> queues;
+  for (const auto& [c, cost, payload] : pushes) {
+    if (queues[c].empty() && std::find(ring.begin(), ring.end(), c) == ring.end())
+      ring.push_back(c);
+    queues[c].emplace_back(cost, payload);
+  }
+  std::map<std::string, std::int64_t> deficit;
+  std::vector<std::uint64_t> out;
+  for (std::size_t i = 0; !ring.empty();) {
+    const std::string c = ring[i];
+    auto& q = queues[c];
+    deficit[c] += std::int64_t{quantum} * (weights.count(c) ? weights.at(c) : 1);
+    std::size_t served = 0;
+    while (served < q.size() && q[served].first <= deficit[c]) {
+      deficit[c] -= q[served].first;
+      out.push_back(q[served++].second);
+    }
+    q.erase(q.begin(), q.begin() + static_cast<long>(served));
+    if (q.empty()) {
+      ring.erase(ring.begin() + static_cast<long>(i));
+      deficit[c] = 0;
+      if (!ring.empty()) i %= ring.size();
+    } else {
+      i = (i + 1) % ring.size();
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("costs far above quantum x weight: the same order as turn-by-turn DRR, without "
+          "turning over turn by turn",
+          "[scheduler]") {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::uint32_t quantum = 1 + static_cast<std::uint32_t>(rng() % 3);
+    Fixture f(SchedulerConfig{.lanes = {{.priority = 5}}, .quantum = quantum});
+    std::map<std::string, std::uint32_t> weights;
+    for (int c = 0; c < 5; ++c)
+      if (rng() % 2) f.s.set_client_weight("c" + std::to_string(c), weights["c" + std::to_string(c)] =
+                                                1 + static_cast<std::uint32_t>(rng() % 3));
+    std::vector<std::tuple<std::string, std::uint32_t, std::uint64_t>> pushes;
+    for (int i = 0; i < 60; ++i) {
+      const std::string c = "c" + std::to_string(rng() % 5);
+      const auto cost = 1 + static_cast<std::uint32_t>(rng() % 3000);
+      pushes.emplace_back(c, cost, f.push(5, c, t0, std::nullopt, cost));
+    }
+    INFO("seed " << seed);
+    CHECK(f.drain() == drr_reference(pushes, quantum, weights));
+  }
+  SECTION("costs near 2^32 with quantum 1 and 100 clients end at once") {
+    Fixture f(SchedulerConfig{.lanes = {{.priority = 5}}, .quantum = 1});
+    for (int c = 0; c < 100; ++c)  // turn by turn: ~4e11 turns
+      f.push(5, "c" + std::to_string(c), t0, std::nullopt, 0xFFFFFFF0u - static_cast<std::uint32_t>(c));
+    const auto out = f.drain();
+    REQUIRE(out.size() == 100);
+    CHECK(out.front() == 100);  // the cheapest pays first
+  }
+  SECTION("quantum and weight at their maximum do not overflow the deficit") {
+    Fixture f(SchedulerConfig{.lanes = {{.priority = 5}}, .quantum = 0xFFFFFFFFu});
+    f.s.set_client_weight("a", 0xFFFFFFFFu);
+    for (int i = 0; i < 3; ++i) f.push(5, "a", t0, std::nullopt, 0xFFFFFFFFu);
+    f.push(5, "b", t0, std::nullopt, 0xFFFFFFFFu);
+    CHECK(f.drain().size() == 4);
+  }
+}
+
 TEST_CASE("aging lifts a waiting background request one lane per age_step", "[scheduler]") {
   auto cfg = five_lanes();
   cfg.lanes[4].age_step = 1s;  // background
@@ -151,6 +226,21 @@ TEST_CASE("aging lifts a waiting background request one lane per age_step", "[sc
   // 4 lanes to climb (rank 4 -> 0) at one per second: served once 4 s have passed
   CHECK(now >= t0 + 4s);
   CHECK(now <= t0 + 4s + 100ms);
+}
+
+TEST_CASE("aging does not turn the lane that is served anyway into one FIFO: clients keep "
+          "their turns",
+          "[scheduler]") {
+  auto cfg = five_lanes();
+  cfg.lanes[2].age_step = 1s;  // normal
+  Fixture f(cfg);
+  const auto a1 = f.push(5, "a"), a2 = f.push(5, "a"), a3 = f.push(5, "a"), b1 = f.push(5, "b");
+  // waited 2 age steps, but no better lane has anything: round-robin as without aging
+  CHECK(f.drain(t0 + 2s) == std::vector<std::uint64_t>{a1, b1, a2, a3});
+  // promoted past a better lane, the oldest goes first
+  const auto c1 = f.push(5, "c", t0), d1 = f.push(5, "d", t0), hi = f.push(1, "h", t0 + 2s);
+  CHECK(f.pop(t0 + 2s) == c1);  // 5 -> rank 0 beats rank 1; c1 is the oldest of the lane
+  CHECK(f.drain(t0 + 2s) == std::vector<std::uint64_t>{d1, hi});
 }
 
 TEST_CASE("without aging a background request starves under constant critical load",
@@ -252,6 +342,30 @@ TEST_CASE("lane default deadlines and explicit deadlines expire earliest first",
   (void)e2;
   CHECK_FALSE(f.s.next_deadline());
   CHECK(f.s.size() == 1);
+}
+
+TEST_CASE("a lane-default deadline out of arrival order (admitted before a later push) expires "
+          "on time",
+          "[scheduler]") {
+  auto cfg = five_lanes();
+  cfg.lanes[2].timeout = 100ms;
+  Scheduler s(cfg);
+  const auto lane = s.lane_index(5);
+  // n enqueued at 1 ms; d (a durable request, say) enqueued at 0 but pushed after n
+  REQUIRE(s.push({.lane = lane, .client = "x", .payload = 1, .enqueued_at = t0 + 1ms}).status ==
+          Scheduler::PushStatus::ok);
+  REQUIRE(s.push({.lane = lane, .client = "y", .payload = 2, .enqueued_at = t0,
+                  .admitted = true}).status == Scheduler::PushStatus::ok);
+  CHECK(s.next_deadline() == t0 + 100ms);
+  auto first = s.pop_expired(t0 + 100ms);
+  REQUIRE(first);
+  CHECK(first->payload == 2);
+  CHECK(first->deadline == t0 + 100ms);
+  CHECK_FALSE(s.pop_expired(t0 + 100ms));
+  auto second = s.pop_expired(t0 + 101ms);
+  REQUIRE(second);
+  CHECK(second->payload == 1);
+  CHECK(s.empty());
 }
 
 TEST_CASE("a requeued item goes back to its original place in its lane and client",
@@ -389,15 +503,19 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
         if (rng() % 4 == 0) dl = now + std::chrono::milliseconds(rng() % 40);
         std::size_t client_pending = 0;
         for (auto& [p, r] : live) client_pending += r.client == c ? 1 : 0;
-        auto res = s.push({.lane = l, .client = c, .payload = next, .enqueued_at = now,
-                           .deadline = dl});
-        if (live.size() >= 200) {
+        // now and then one admitted earlier (a durable request after its journal commit):
+        // enqueued before items already queued, and exempt from the limits
+        const bool admitted = rng() % 10 == 0;
+        const TimePoint at = admitted ? now - std::chrono::milliseconds(rng() % 20) : now;
+        auto res = s.push({.lane = l, .client = c, .payload = next, .enqueued_at = at,
+                           .deadline = dl, .admitted = admitted});
+        if (live.size() >= 200 && !admitted) {
           REQUIRE(res.status == Scheduler::PushStatus::queue_full);
-        } else if (client_pending >= 60) {
+        } else if (client_pending >= 60 && !admitted) {
           REQUIRE(res.status == Scheduler::PushStatus::client_queue_full);
         } else {
           REQUIRE(res.status == Scheduler::PushStatus::ok);
-          const auto lane_dl = l == 1 ? now + 50ms : TimePoint::max();
+          const auto lane_dl = l == 1 ? at + 50ms : TimePoint::max();
           live[next] = {next, res.id, l, c, dl ? *dl : lane_dl, dl};
         }
         ++next;
