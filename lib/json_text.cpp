@@ -83,6 +83,37 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
+bool is_valid_utf8(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const utf8_run run = utf8_at(s, i);
+    if (!run.valid) return false;
+    i += run.n;
+  }
+  return true;
+}
+
+std::string to_valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      out += s[i++];
+      continue;
+    }
+    const utf8_run run = utf8_at(s, i);
+    if (run.valid)
+      out.append(s, i, run.n);
+    else
+      out += "\xef\xbf\xbd";  // U+FFFD
+    i += run.n;
+  }
+  return out;
+}
+
 void append_json_messages(std::string& out, const std::vector<Message>& messages) {
   out += '[';
   for (std::size_t i = 0; i < messages.size(); ++i) {

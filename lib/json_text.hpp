@@ -15,6 +15,11 @@ namespace laneq::detail {
 // dump() with error_handler_t::replace does: the same text, and it always parses.
 void append_json_string(std::string& out, std::string_view s);
 
+// `s` with each broken UTF-8 sequence replaced by one U+FFFD, as append_json_string does; `s`
+// itself when it is valid. For names that go into JSON and Prometheus text (both need UTF-8).
+std::string to_valid_utf8(std::string_view s);
+bool is_valid_utf8(std::string_view s) noexcept;
+
 // Appends [{"content":...,"role":...},...]: chat messages as the APIs (and the journal) take them.
 void append_json_messages(std::string& out, const std::vector<Message>& messages);
 

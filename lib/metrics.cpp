@@ -1,5 +1,7 @@
 #include "laneq/metrics.hpp"
 
+#include "json_text.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -119,10 +121,12 @@ struct Metrics::Histogram {
       zeros.v.store(zeros.get() + 1, std::memory_order_release);
       return;
     }
-    buckets[x.bucket].add(1);
+    // min and max before the bucket, which is stored with release: a reader that sees the sample
+    // in a bucket sees the min and max that include it (percentiles are clamped to them).
     const auto n = count.get();
     if (n == 0 || x.ns < min_ns.get()) min_ns.v.store(x.ns, std::memory_order_relaxed);
     if (x.ns > max_ns.get()) max_ns.v.store(x.ns, std::memory_order_relaxed);
+    buckets[x.bucket].v.store(buckets[x.bucket].get() + 1, std::memory_order_release);
     sum_s.store(sum_s.load(std::memory_order_relaxed) + x.seconds, std::memory_order_relaxed);
     count.v.store(n + 1, std::memory_order_release);  // the buckets before it, for load()
   }
@@ -137,7 +141,7 @@ LatencyHistogram Metrics::load(const Histogram& a) noexcept {
   // percentile() walks a consistent histogram.
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < LatencyHistogram::bucket_count; ++i)
-    total += h.buckets_[i] = a.buckets[i].get();
+    total += h.buckets_[i] = a.buckets[i].v.load(std::memory_order_acquire);
   h.buckets_[0] += zeros;  // a 0 falls in the first bucket
   h.count_ = total + zeros;
   h.min_ns_ = zeros > 0 ? 0 : a.min_ns.get();
@@ -205,10 +209,15 @@ Metrics::Metrics(std::vector<LaneInfo> lanes, std::size_t max_clients)
       max_clients_(max_clients),
       start_(std::chrono::steady_clock::now()) {
   // Prometheus requires distinct label sets: two lanes with one name would break a scrape.
-  for (std::size_t i = 0; i < lane_info_.size(); ++i)
+  for (std::size_t i = 0; i < lane_info_.size(); ++i) {
+    // JSON and Prometheus text are UTF-8: a broken name would make every export fail.
+    if (!detail::is_valid_utf8(lane_info_[i].name))
+      throw std::invalid_argument("Metrics: lane name '" + detail::to_valid_utf8(lane_info_[i].name) +
+                                  "' is not valid UTF-8");
     for (std::size_t j = 0; j < i; ++j)
       if (lane_info_[i].name == lane_info_[j].name)
         throw std::invalid_argument("Metrics: duplicate lane name '" + lane_info_[i].name + "'");
+  }
   for (auto& s : lanes_) s.latency();
 }
 
@@ -220,9 +229,14 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
   const std::size_t hash = detail::hash_name(name);
   const auto series = [](const std::unique_ptr<Series>& s) { return s.get(); };
   if (Series* const* s = recent_clients_.find(clients_, name, hash, series)) return ClientRef(*s);
-  const bool own = named_clients_ < max_clients_ && name != other_client;
+  // A name that is not valid UTF-8 is kept with its broken sequences as U+FFFD (JSON and
+  // Prometheus text need UTF-8), sharing a series with any other name that reads the same.
+  std::string key = named_clients_ < max_clients_ && name != other_client
+                        ? detail::to_valid_utf8(name)
+                        : std::string(other_client);
   std::lock_guard lock(mu_);
-  auto& slot = clients_[own ? std::string(name) : std::string(other_client)];
+  const bool own = key != other_client;
+  auto& slot = clients_[std::move(key)];
   if (!slot) {
     slot = std::make_unique<Series>();
     named_clients_ += own;
@@ -312,10 +326,15 @@ MetricsSnapshot Metrics::snapshot() const {
     service.merge(load(l.service));
     limiter.merge(load(l.limiter));
   }
+  // Under the lock only the list (the recorder takes it for a new client): summarizing up to
+  // max_clients series' histograms there would hold up the queue. Series are never removed.
+  std::vector<std::pair<std::string, const Series*>> clients;
   {
     std::lock_guard lock(mu_);
-    for (const auto& [name, s] : clients_) out.clients.emplace(name, s->snapshot());
+    clients.reserve(clients_.size());
+    for (const auto& [name, s] : clients_) clients.emplace_back(name, s.get());
   }
+  for (const auto& [name, s] : clients) out.clients.emplace(name, s->snapshot());
   out.total.queue_wait = summarize(wait);
   out.total.service_time = summarize(service);
   out.total.limiter_wait = summarize(limiter);

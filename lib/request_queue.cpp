@@ -24,6 +24,7 @@
 #include "laneq/detail/post.hpp"
 #include "laneq/rate_limit_headers.hpp"
 #include "laneq/scheduler.hpp"
+#include "json_text.hpp"
 
 namespace laneq {
 
@@ -76,6 +77,8 @@ void validate(const QueueConfig& c) {
   for (std::size_t i = 0; i < c.lanes.size(); ++i) {
     const auto& l = c.lanes[i];
     const std::string where = "QueueConfig::lanes[" + std::to_string(i) + "] (" + lane_name(l) + ")";
+    if (!l.name.empty() && !detail::is_valid_utf8(l.name))  // metrics export it as a label
+      bad_config(where + ".name must be valid UTF-8");
     if (l.timeout.count() < 0) bad_config(where + ".timeout must be >= 0");
     if (l.age_step.count() < 0) bad_config(where + ".age_step must be >= 0");
     for (std::size_t j = 0; j < i; ++j) {

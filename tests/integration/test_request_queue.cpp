@@ -546,6 +546,7 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
   expect({.quantum = 0}, "quantum");
   expect({.lanes = {{.priority = Priority::high, .name = "x"}, {.priority = Priority::low, .name = "x"}}},
          "name");
+  expect({.lanes = {{.priority = Priority::high, .name = "caf\xc3"}}}, "valid UTF-8");
   laneq::RequestQueue ok(io.get_executor(), provider, {});
   try {
     ok.set_client_weight("tenant", 0);

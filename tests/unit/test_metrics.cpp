@@ -295,6 +295,34 @@ TEST_CASE("duplicate lane names are rejected", "[metrics]") {
   CHECK_THROWS_AS(Metrics({{"a", 0}, {"a", 1}}), std::invalid_argument);
 }
 
+TEST_CASE("a lane name that is not valid UTF-8 is rejected", "[metrics]") {
+  CHECK_THROWS_WITH(Metrics({{"ok", 0}, {"caf\xc3", 1}}), Catch::Contains("not valid UTF-8"));
+  CHECK_NOTHROW(Metrics({{"caf\xc3\xa9", 0}}));
+}
+
+TEST_CASE("a client name that is not valid UTF-8 is exported with U+FFFD, never breaking the "
+          "exports",
+          "[metrics][export]") {
+  Metrics m(two_lanes());
+  // cut inside a character, and a stray byte: both read "caf\uFFFD"
+  const auto cut = m.client(std::string("caf\xc3"));
+  const auto stray = m.client(std::string("caf\xff"));
+  const auto good = m.client("caf\xc3\xa9");
+  CHECK(cut == stray);
+  CHECK(cut != good);
+  for (auto c : {cut, stray, good, cut}) m.submitted(0, c);
+  const auto s = m.snapshot();
+  CHECK(s.clients.at("caf\xef\xbf\xbd").submitted == 3);
+  CHECK(s.clients.at("caf\xc3\xa9").submitted == 1);
+  std::string dumped;
+  CHECK_NOTHROW(dumped = laneq::to_json(s).dump());  // nlohmann throws on broken UTF-8
+  CHECK(nlohmann::json::parse(dumped).at("clients").contains("caf\xef\xbf\xbd"));
+  const auto text = laneq::to_prometheus(s);
+  CHECK(text.find("laneq_client_requests_submitted_total{client=\"caf\xef\xbf\xbd\"} 3") !=
+        std::string::npos);
+  CHECK(text.find("\xff") == std::string::npos);
+}
+
 // ---- export ------------------------------------------------------------------------------
 
 namespace {
