@@ -690,6 +690,38 @@ TEST_CASE("a coroutine awaiting submit() keeps its own io_context busy until it 
   io.run();
 }
 
+TEST_CASE("a coroutine's io_context may run out and be destroyed while a worker still holds "
+          "the request its coroutine gave up on",
+          "[queue][executor][lifetime]") {
+  asio::io_context io;        // the queue's
+  StubbornProvider provider;  // reads the request 50 ms into the call, whatever happened
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  std::error_code seen;
+  bool ended = false;
+  {
+    asio::io_context other;  // the coroutine's
+    asio::co_spawn(other, [&]() -> asio::awaitable<void> {
+      try {
+        co_await queue.submit(chat("late"), {.timeout = 10ms});  // times out in its call
+      } catch (const laneq::RequestError& e) {
+        seen = e.code();
+      }
+      ended = true;
+    }, asio::detached);
+    run_until(io, [&] {
+      other.poll();
+      return ended;
+    });
+    CHECK(provider.read.empty());  // the worker still holds the request
+    other.run();                   // nothing left to wait for: returns at once
+  }  // `other` is gone; the op must not be given back through it (ASan: use after free)
+  run_until(io, [&] { return !provider.read.empty(); });
+  CHECK(seen == errc::timeout);
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+}
+
 namespace {
 
 // Counts what it hands out, block by block; not default-constructible, like a pool's handle.

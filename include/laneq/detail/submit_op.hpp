@@ -244,6 +244,15 @@ class submit_op final : public submit_op_base {
   using alloc_type = typename std::allocator_traits<
       asio::associated_allocator_t<Handler>>::template rebind_alloc<submit_op>;
   using alloc_traits = std::allocator_traits<alloc_type>;
+  // std::allocator may be called from any thread: an op that outlives its handler goes back to
+  // it wherever its last holder lets go. Any other allocator gets it back on the handler's
+  // executor, which must then still run: its work is counted until then.
+  static constexpr bool gives_back_anywhere =
+      std::is_same_v<alloc_type, std::allocator<submit_op>>;
+  // A coroutine's context is kept busy by co_spawn until the coroutine ends, which may be
+  // before a late give-back: only where that needs no post is the count left to co_spawn.
+  static constexpr bool counts_no_work =
+      keeps_own_context_busy<Handler>::value && gives_back_anywhere;
 
  public:
   using executor_type = asio::associated_executor_t<Handler, asio::any_io_executor>;
@@ -289,8 +298,7 @@ class submit_op final : public submit_op_base {
     bound(Handler h, const asio::any_io_executor& io_ex)
         : handler(std::move(h)), work(asio::get_associated_executor(handler, io_ex)) {}
     Handler handler;
-    std::conditional_t<keeps_own_context_busy<Handler>::value, untracked_work<executor_type>,
-                       handler_work<executor_type>>
+    std::conditional_t<counts_no_work, untracked_work<executor_type>, handler_work<executor_type>>
         work;
   };
 
@@ -348,8 +356,9 @@ class submit_op final : public submit_op_base {
       give_back();
     }
     // Else a worker or a posted cancel lets go later, on the queue's strand: the op then goes
-    // back to the allocator here, on the handler's executor (kept busy until then by b_.work),
-    // so an allocator that is not thread-safe is never called from two threads.
+    // back to std::allocator there, or to any other allocator here, on the handler's executor
+    // (kept busy until then by b_.work), so an allocator that is not thread-safe is never
+    // called from two threads.
     if (call) std::move(h)(ec, std::move(r));
   }
 
@@ -392,7 +401,7 @@ class submit_op final : public submit_op_base {
     alloc_traits::deallocate(a, this, 1);
   }
   void destroy() noexcept override {
-    if (handler_has_run()) {
+    if (!gives_back_anywhere && handler_has_run()) {
       try {
         return detail::post(b_.work.get_executor(), giver(this));
       } catch (...) {
