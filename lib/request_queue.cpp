@@ -690,19 +690,21 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // Gives queued work to parked workers: reserved lanes to reserved workers first, so a general
   // worker stays free for everything else.
   void hand_out() {
-    if (handing_out_) return;  // take_from() -> admit_waiters() -> here: the outer loop goes on
+    if (handing_out_) return;  // take_next() -> admit_waiters() -> here: the outer loop goes on
     handing_out_ = true;
     while (!idle_reserved_.empty() && sched_.has_reserved_work()) {
+      op_ptr op = take_next(true, steady::now());
+      if (!op) break;  // what was left had expired
       worker* w = idle_reserved_.back();
       idle_reserved_.pop_back();
-      const auto now = steady::now();
-      resume(*w, take_from(sched_.pop_reserved(now), now));
+      resume(*w, op);
     }
     while (!idle_any_.empty() && !sched_.empty()) {
+      op_ptr op = take_next(false, steady::now());
+      if (!op) break;
       worker* w = idle_any_.back();
       idle_any_.pop_back();
-      const auto now = steady::now();
-      resume(*w, take_from(sched_.pop(now), now));
+      resume(*w, op);
     }
     handing_out_ = false;
   }
@@ -718,17 +720,39 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     detail::post(strand_, [h = std::move(w.parked), op]() mutable { h(op); });
   }
 
+  // The next request for a worker (a reserved one takes reserved lanes only), or nullptr. One
+  // whose deadline passed before the queue's timer ran (a busy loop runs it late) expires here:
+  // it never reaches the provider.
+  op_ptr take_next(bool reserved, steady::time_point now) {
+    bool expired = false;
+    for (;;) {
+      auto item = reserved ? sched_.pop_reserved(now) : sched_.pop(now);
+      if (!item) break;
+      auto* op = reinterpret_cast<op_ptr>(item->payload);
+      if (op->deadline <= now) {
+        finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::queued);
+        admit_waiters();  // room for a waiter, which may be next
+        expired = true;
+        continue;
+      }
+      return take(op, *item, now);
+    }
+    if (expired) {  // that may have been the last thing a shutdown waited for
+      check_shutdown();
+      maybe_idle();
+    }
+    return nullptr;
+  }
+
   // Bookkeeping for a request leaving the scheduler towards a worker.
-  op_ptr take_from(std::optional<Scheduler::Item> item, steady::time_point now) {
-    if (!item) return nullptr;
-    auto* op = reinterpret_cast<op_ptr>(item->payload);
+  op_ptr take(op_ptr op, const Scheduler::Item& item, steady::time_point now) {
     // A long queue has gone cold in memory: fetch the next request's lines now, so they
     // arrive while this one is handled. Its messages for the provider, which reads them next.
     if (const auto next = sched_.next_payload_hint()) prefetch(reinterpret_cast<op_ptr>(next));
     __builtin_prefetch(op->request.messages.data());
     op->st = state::in_flight;
     op->sched.started = now.time_since_epoch();
-    op->sched.id = item->seq;  // a retry goes back to this place
+    op->sched.id = item.seq;  // a retry goes back to this place
     ++in_flight_;
     metrics_.started(op->lane, op->client_ref, op->started_at() - op->submitted_at);
     admit_waiters();
@@ -789,7 +813,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     for (;;) {
       auto now = just_now != steady::time_point{} ? just_now : steady::now();
       just_now = {};
-      op_ptr op = take_from(w.reserved ? sched_.pop_reserved(now) : sched_.pop(now), now);
+      op_ptr op = take_next(w.reserved, now);
       if (!op) {
         if (stop_workers_) break;
         op = co_await park(w);

@@ -364,6 +364,33 @@ TEST_CASE("a request whose deadline passes while queued fails with timeout and n
   CHECK(queue.metrics().total.expired == 1);
 }
 
+TEST_CASE("a request whose deadline passed before the queue's timer could run (a busy loop) is "
+          "not handed to a worker: it expires, and a drain shutdown still ends",
+          "[queue][deadline]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 10ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  std::error_code first, second;
+  bool shut = false;
+  queue.async_submit(chat("first"), {}, [&](std::error_code ec, auto) { first = ec; });
+  queue.async_submit(chat("second"), {.timeout = 20ms},
+                     [&](std::error_code ec, auto) { second = ec; });
+  run_until(io, [&] { return provider.seen().size() == 1; });  // both admitted, one started
+  queue.async_shutdown({.drain = true}, [&](std::error_code) { shut = true; });
+  // The loop is busy for 100 ms: when it gets back, the first call's answer (due 10 ms after it
+  // started) and the second's deadline (20 ms) are both overdue, the answer first in line.
+  asio::post(io, [] { std::this_thread::sleep_for(100ms); });
+  run_until(io, [&] { return shut; });
+  CHECK_FALSE(first);
+  CHECK(second == errc::timeout);
+  CHECK(provider.seen() == std::vector<std::string>{"first"});
+  const auto m = queue.metrics().total;
+  CHECK(m.started == 1);
+  CHECK(m.expired == 1);
+  CHECK(m.depth == 0);
+}
+
 TEST_CASE("a lane's default timeout applies when the request sets none", "[queue][deadline]") {
   asio::io_context io;
   laneq::SimulatedProvider provider({.latency = 500ms});
