@@ -597,6 +597,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   // The rows an earlier run left open, queued again ahead of anything new, in their order.
   void recover() {
+    // Destroyed (or shut down) before this ran: the rows stay pending for the next run.
+    if (!journal_ || stopping_) return;
     const auto now = steady::now();
     const auto wall = std::chrono::system_clock::now();
     const auto to_steady = [&](std::chrono::system_clock::time_point t) {

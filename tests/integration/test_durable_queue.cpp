@@ -677,6 +677,27 @@ TEST_CASE("a queue destroyed with durable requests - in flight, queued, acknowle
   for (const auto& rec : list_wait(*next.queue.journal())) CHECK(rec.state == JournalState::succeeded);
 }
 
+TEST_CASE("a queue destroyed before its io_context ran recovers nothing then: its pending rows "
+          "wait for the next run",
+          "[durable][lifetime]") {
+  TempDir dir("laneq-durable");
+  const auto path = dir.file("q.db");
+  leave_pending(path, {"e1"}, [](const std::string&) { return laneq::SubmitOptions{}; });
+  {
+    asio::io_context io;
+    RecordingProvider provider;
+    {
+      laneq::RequestQueue queue(io.get_executor(), provider, {.journal = {.path = path}});
+      queue.start();
+    }  // its recovery was posted, not run
+    io.run();  // runs what was posted for the destroyed queue
+    CHECK(provider.seen().empty());
+  }
+  DurableRun next({.workers = 1, .journal = {.path = path}});
+  next.drain();
+  CHECK(next.provider.seen() == ids{"e1"});
+}
+
 TEST_CASE("shutdown with drain completes only after every durable outcome is committed and "
           "delivered",
           "[durable][shutdown]") {
