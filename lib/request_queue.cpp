@@ -951,6 +951,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                     std::move(resp));
     }
     last_errors_.insert_or_assign(op, retry_info{std::move(resp), at});
+    if (stopping_ && !drain_)  // no new attempt: it ends as one waiting for its retry does
+      return finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
     if (d.pause_all) {
       // The limiter's pause holds every start until `at`: back to its place at once, so it goes
       // before requests queued behind it, not after those taken while it waited.

@@ -547,6 +547,31 @@ TEST_CASE("shutdown without drain fails queued work and lets in-flight calls fin
   CHECK(provider.calls() == 2);
 }
 
+TEST_CASE("shutdown without drain: a call in flight that fails retryably is not tried again",
+          "[queue][shutdown][retry]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 20ms});
+  provider.script({.error = errc::server_error, .status = 503});  // retryable
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                           {.workers = 1, .retry = {.max_attempts = 3, .base_delay = 1ms}});
+  queue.start();
+  std::error_code got;
+  laneq::Response last;
+  run(io, [&]() -> asio::awaitable<void> {
+    queue.async_submit(chat(), {}, [&](std::error_code ec, laneq::Response r) {
+      got = ec;
+      last = std::move(r);
+    });
+    asio::steady_timer t(co_await asio::this_coro::executor, 5ms);
+    co_await t.async_wait(asio::use_awaitable);  // in its call
+    co_await queue.shutdown({.drain = false});
+  });
+  CHECK(got == errc::shutting_down);  // as a request waiting for its retry is
+  CHECK(last.status == 503);          // with the last attempt's answer
+  CHECK(last.attempts == 1);
+  CHECK(provider.calls() == 1);
+}
+
 TEST_CASE("invalid configuration is rejected at construction with the field named",
           "[queue][config]") {
   asio::io_context io;
