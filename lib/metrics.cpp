@@ -300,6 +300,7 @@ void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
       case Outcome::failed: s.failed.add(1); break;
       case Outcome::expired: s.expired.add(1); break;
       case Outcome::cancelled: s.cancelled.add(1); break;
+      case Outcome::rejected: s.rejected.add(1); break;
     }
     switch (from) {
       case From::waiting: s.waiting.add(-1); break;

@@ -1,6 +1,7 @@
 #include "laneq/request_queue.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <future>
@@ -591,6 +592,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       case Metrics::Outcome::failed: return JournalState::failed;
       case Metrics::Outcome::expired: return JournalState::expired;
       case Metrics::Outcome::cancelled: return JournalState::cancelled;
+      case Metrics::Outcome::rejected: return JournalState::failed;
     }
     return JournalState::failed;
   }
@@ -658,7 +660,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       // Only a waiter can get here (limits were checked at admission): it is still waiting.
       const auto e = r.status == Scheduler::PushStatus::client_queue_full ? errc::client_queue_full
                                                                           : errc::queue_full;
-      return finish(op, e, Metrics::Outcome::failed,
+      return finish(op, e, Metrics::Outcome::rejected,
                     was_waiting ? Metrics::From::waiting : Metrics::From::queued);
     }
     op->sched.id = r.id;
@@ -977,8 +979,18 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     return estimate;
   }
 
+  // The user's source, kept in [0, 1); if it throws (on a worker, where nothing would catch
+  // it), or gives NaN, the built-in one stands in.
   double random01() {
-    if (cfg_.random) return cfg_.random();
+    if (cfg_.random) {
+      try {
+        const double r = cfg_.random();
+        if (r >= 0.0 && r < 1.0) return r;
+        if (r >= 1.0) return std::nextafter(1.0, 0.0);
+        if (r < 0.0) return 0.0;
+      } catch (...) {
+      }
+    }
     return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
   }
 

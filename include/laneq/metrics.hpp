@@ -152,7 +152,8 @@ class Metrics {
   };
   // Where a request was when it finished.
   enum class From { waiting, queued, in_flight };
-  enum class Outcome { succeeded, failed, expired, cancelled };
+  // rejected: refused by a limit after all (a waiter that found its client at its limit).
+  enum class Outcome { succeeded, failed, expired, cancelled, rejected };
 
   // Opaque handle to a client's series, resolved once per request by client(); stays valid for
   // the Metrics' lifetime. A default-constructed (null) ref records lane counters only.

@@ -76,7 +76,8 @@ struct QueueConfig {
   RetryPolicy retry{};
   PromptEstimator prompt_estimator{};        // default: estimate_prompt_tokens (~4 bytes/token)
   std::int64_t default_max_tokens = 4096;    // reserved when Request::max_tokens is 0, >= 0
-  // Jitter source for retry back-off, uniform in [0, 1); default: a seeded mt19937_64.
+  // Jitter source for retry back-off, uniform in [0, 1); default: a seeded mt19937_64. Values
+  // outside are clamped; if it throws (or gives NaN), the default stands in for that draw.
   std::function<double()> random{};
 
   // Durability (opt-in; docs/journal.md). With a journal, a request submitted with

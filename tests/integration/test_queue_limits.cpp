@@ -2,6 +2,9 @@
 // with real header names; the tests assert what reached the provider and when.
 #include <catch2/catch.hpp>
 
+#include <limits>
+#include <stdexcept>
+
 #include <algorithm>
 #include <mutex>
 #include <string>
@@ -234,6 +237,33 @@ TEST_CASE("a retried request whose deadline passes while it waits to retry times
     co_await queue.shutdown();
   });
   CHECK(provider.calls() <= 6);
+}
+
+TEST_CASE("a jitter source that throws or goes out of range does not stop the retry",
+          "[queue][retry]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 1ms});
+  int draws = 0;
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 1, .retry = {.max_attempts = 4, .base_delay = 2ms, .max_delay = 2ms},
+       .random = [&]() -> double {
+         switch (draws++) {
+           case 0: throw std::runtime_error("no entropy");
+           case 1: return std::numeric_limits<double>::quiet_NaN();
+           default: return 7.0;
+         }
+       }});
+  for (int i = 0; i < 3; ++i) provider.script({.error = errc::server_error, .status = 502});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(r.attempts == 4);
+    co_await queue.shutdown();
+  });
+  CHECK(draws == 3);
+  CHECK(provider.calls() == 4);
 }
 
 TEST_CASE("which failures are retried: status rule and x-should-retry", "[queue][retry]") {

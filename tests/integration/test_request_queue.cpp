@@ -346,6 +346,39 @@ TEST_CASE("a client over its pending limit gets client_queue_full, others still 
   CHECK(limited["b"] == 2);
 }
 
+TEST_CASE("a waiter that finds its client at its limit when room appears is counted rejected",
+          "[queue][backpressure][metrics]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 5ms});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .max_pending = 3, .max_pending_per_client = 2});
+  std::map<std::string, std::error_code> got;
+  auto submit = [&](std::string name, std::string client, Priority p) {
+    queue.async_submit(chat(name), {.priority = p, .client = client},
+                       [&, name](std::error_code ec, laneq::Response) { got[name] = ec; });
+  };
+  // full with x1 (low) and y1, y2 (high): x's next two wait for room
+  submit("x1", "x", Priority::low);
+  submit("y1", "y", Priority::high);
+  submit("y2", "y", Priority::high);
+  submit("x2", "x", Priority::normal);
+  submit("x3", "x", Priority::normal);
+  io.poll();
+  CHECK(queue.metrics().total.waiting == 2);
+  // y1 goes: x2 gets in (x: x1, x2); y2 goes: x3 would be x's third
+  queue.start();
+  run_until(io, [&] { return got.size() == 5; });
+  CHECK(got["x3"] == errc::client_queue_full);
+  const auto m = queue.metrics().total;
+  CHECK(m.rejected == 1);
+  CHECK(m.failed == 0);
+  CHECK(m.succeeded == 4);
+  CHECK(m.waiting == 0);
+  CHECK(m.depth == 0);
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+}
+
 TEST_CASE("a request whose deadline passes while queued fails with timeout and never reaches "
           "the provider",
           "[queue][deadline]") {
