@@ -342,10 +342,14 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (journal_) {
       // Rows being committed and outcomes being committed come back through link_: let the
       // writer get through them (its own thread), then resolve their requests here.
-      std::promise<void> flushed;
-      journal_->flush([&flushed](std::error_code) { flushed.set_value(); });
-      flushed.get_future().wait();
-      link_->drain();
+      // Twice: resolving a row's request may write its outcome (one cancelled while its row
+      // was being written), whose commit the second pass waits for; that pass only delivers.
+      for (int pass = 0; pass < 2; ++pass) {
+        std::promise<void> flushed;
+        journal_->flush([&flushed](std::error_code) { flushed.set_value(); });
+        flushed.get_future().wait();
+        link_->drain();
+      }
       link_->close();  // later completions find no queue
       journal_.reset();  // if it was ours alone: commits the releases, then closes the file
     }

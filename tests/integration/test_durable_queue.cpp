@@ -698,6 +698,42 @@ TEST_CASE("a queue destroyed before its io_context ran recovers nothing then: it
   CHECK(next.provider.seen() == ids{"e1"});
 }
 
+TEST_CASE("a durable submit cancelled while its row is being written, then the queue destroyed: "
+          "its caller hears cancelled, once, and the row is committed as cancelled",
+          "[durable][lifetime][cancel]") {
+  TempDir dir("laneq-durable");
+  const auto path = dir.file("q.db");
+  asio::io_context io;
+  RecordingProvider provider;
+  std::vector<std::error_code> got;
+  std::shared_ptr<laneq::Journal> journal;
+  asio::cancellation_signal cancel;  // outlives the handler: the queue clears its slot
+  {
+    laneq::RequestQueue queue(io.get_executor(), provider, {.journal = {.path = path}});
+    journal = queue.journal();
+    queue.start();
+    // The journal's writer runs completions on its thread: this one holds it until released,
+    // so the row below is written only after the cancel has reached the queue.
+    std::promise<void> gate;
+    journal->flush([held = gate.get_future().share()](std::error_code) { held.wait(); });
+    queue.async_submit(request("d1"), {.durable = true},
+                       asio::bind_cancellation_slot(cancel.slot(), [&](std::error_code ec, auto) {
+                         got.push_back(ec);
+                       }));
+    io.poll();  // admitted: its row is being written
+    cancel.emit(asio::cancellation_type::terminal);
+    io.poll();  // the queue marks it cancelled, to be resolved once the row is there
+    gate.set_value();
+  }  // destroyed: the row's commit is waited for, then its outcome's
+  run_until(io, [&] { return !got.empty(); });
+  io.run();  // returns: nothing is left pending
+  CHECK(got == std::vector<std::error_code>{make_error_code(errc::cancelled)});
+  CHECK(provider.seen().empty());
+  const auto row = lookup_wait(*journal, "d1");
+  REQUIRE(row);
+  CHECK(row->state == JournalState::cancelled);
+}
+
 TEST_CASE("shutdown with drain completes only after every durable outcome is committed and "
           "delivered",
           "[durable][shutdown]") {
