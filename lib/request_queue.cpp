@@ -972,13 +972,18 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   // What the call cost in the end. Success: the reported usage (the estimate when none came).
-  // The server answered with an error: one request, no tokens. No answer (network, cancelled):
-  // unknown, so the estimate stands.
+  // The server refused it (an error status): one request, no tokens. An error after a 2xx (a
+  // stream cut short or ending in an error event, a malformed body): the server counted the
+  // tokens, so at least the estimate, or what it reported if more. No answer (network,
+  // cancelled): unknown, so the estimate stands.
   static RateCost actual_cost(std::error_code ec, const Response& r, const RateCost& estimate) {
     if (!ec) {
       if (r.usage.total() <= 0) return estimate;
       return {1, r.usage.input_tokens, r.usage.output_tokens};
     }
+    if (r.status >= 200 && r.status < 300)
+      return {1, std::max(estimate.input_tokens, r.usage.input_tokens),
+              std::max(estimate.output_tokens, r.usage.output_tokens)};
     if (r.status != 0) return {1, 0, 0};
     return estimate;
   }

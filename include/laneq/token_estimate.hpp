@@ -17,9 +17,10 @@ struct TokenEstimate {
 // Pluggable prompt estimator (e.g. a real tokenizer); the default is estimate_prompt_tokens.
 using PromptEstimator = std::function<std::int64_t(const Request&)>;
 
-// Default: ceil(bytes / 4) over all message text (roles included), + 4 per message for the chat
-// framing, + 3 for the reply's priming. Bytes, not code points: for non-ASCII text this
-// overestimates, which errs on the side of staying under the budget. `extra` JSON (tools,
+// Default: ceil(bytes / 4) over all message text (roles included), except characters of 3 bytes
+// in UTF-8 (CJK and most other Asian scripts) at 1.5 tokens each and of 4 bytes (emoji) at 2,
+// where tokenizers give one or more per character; + 4 per message for the chat framing, + 3
+// for the reply's priming. It errs on the side of staying under the budget. `extra` JSON (tools,
 // response formats) is counted the same way from its serialized form.
 std::int64_t estimate_prompt_tokens(const Request& request);
 

@@ -326,6 +326,31 @@ TEST_CASE("reconciliation returns unused tokens so later requests need not wait"
   CHECK(b.available >= 1000 - 20 * 20);
 }
 
+TEST_CASE("a call that fails after a 2xx keeps its tokens charged; one the server refused "
+          "costs none",
+          "[queue][limits]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .rate_limits = {.tokens = 1000, .period = 60s}});
+  queue.start();
+  const auto available = [&] { return queue.limiter().snapshot().budgets.at(0).available; };
+  run(io, [&]() -> asio::awaitable<void> {
+    // a malformed 200 (or a stream cut short): the server counted the ~410 tokens
+    provider.script({.error = errc::malformed_response, .status = 200});
+    auto [e1, r1] = co_await queue.async_submit(chat("x", 400), {}, tuple_awaitable);
+    CHECK(e1 == errc::malformed_response);
+    CHECK(available() <= 1000 - 400);
+    const auto after_first = available();
+    // a 400: refused, nothing counted
+    provider.script({.error = errc::bad_request, .status = 400});
+    auto [e2, r2] = co_await queue.async_submit(chat("x", 400), {}, tuple_awaitable);
+    CHECK(e2 == errc::bad_request);
+    CHECK(available() == after_first);
+    co_await queue.shutdown();
+  });
+}
+
 TEST_CASE("per-model limits: a cheap model's budget is not the expensive model's",
           "[queue][limits]") {
   asio::io_context io;

@@ -37,9 +37,19 @@ TEST_CASE("a pluggable prompt estimator replaces the default, never below zero",
 }
 
 TEST_CASE("non-ASCII text is overestimated, never under", "[tokens]") {
-  // 100 characters of 3-byte UTF-8: 300 bytes -> 75 tokens of text (a tokenizer gives fewer)
-  std::string text;
-  for (int i = 0; i < 100; ++i) text += "\xe6\x97\xa5";
-  Request r{.messages = {{"", text}}};
-  CHECK(laneq::estimate_prompt_tokens(r) == 75 + 4 + 3);
+  // 100 CJK characters (3 bytes each): tokenizers give about one token each, often more; bytes
+  // / 4 would say 75. Counted 1.5 each.
+  std::string cjk;
+  for (int i = 0; i < 100; ++i) cjk += "\xe6\x97\xa5";
+  CHECK(laneq::estimate_prompt_tokens(Request{.messages = {{"", cjk}}}) == 150 + 4 + 3);
+  // 10 emoji (4 bytes each): two or more tokens each; counted 2
+  std::string emoji;
+  for (int i = 0; i < 10; ++i) emoji += "\xf0\x9f\x98\x80";
+  CHECK(laneq::estimate_prompt_tokens(Request{.messages = {{"", emoji}}}) == 20 + 4 + 3);
+  // 2-byte scripts (Cyrillic: ~0.4 tokens per character) stay at bytes / 4: 100 -> 50
+  std::string cyrillic;
+  for (int i = 0; i < 100; ++i) cyrillic += "\xd0\x96";
+  CHECK(laneq::estimate_prompt_tokens(Request{.messages = {{"", cyrillic}}}) == 50 + 4 + 3);
+  // broken UTF-8 never counts below zero narrow bytes
+  CHECK(laneq::estimate_prompt_tokens(Request{.messages = {{"", "\xf0"}}}) >= 2 + 4 + 3);
 }
