@@ -360,8 +360,10 @@ void RateLimiter::observe(const RateLimitInfo& info) {
           limit_field(s.limits, static_cast<kind>(k)) = scaled;
         }
       }
-      // `remaining` counts the server's minute; it only compares with a per-minute budget.
-      if (b.remaining && *b.remaining > 0 && per_minute)
+      // `remaining` counts the server's minute; it only compares with a per-minute budget. An
+      // exhausted bucket with a reset paused above; without one (missing, unreadable) the
+      // budget is spent instead, so its units come back within the minute.
+      if (b.remaining && (*b.remaining > 0 || !b.reset_after) && per_minute)
         s.budgets.lower_remaining(i, *b.remaining, now);
     }
     s.service(ready);  // re-arm for what changed (a raised limit may grant at once)

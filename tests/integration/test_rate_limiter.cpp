@@ -556,6 +556,12 @@ TEST_CASE("the server's lower remaining count is adopted, a higher one ignored",
   CHECK(lim.snapshot().budgets.at(0).available == 0);
   lim.observe(laneq::Headers{});
   CHECK(lim.snapshot().budgets.at(0).available == 0);
+
+  // exhausted, with no reset the limiter can read: spent here too, not ignored
+  RateLimiter blind(io.get_executor(), {.requests = 100, .period = 1min});
+  blind.observe({{"x-ratelimit-remaining-requests", "0"}, {"x-ratelimit-reset-requests", "soon"}});
+  CHECK(blind.snapshot().budgets.at(0).available == 0);
+  CHECK(blind.try_acquire({}) == 0);
 }
 
 TEST_CASE("server limits are adopted only with adopt_server_limits, scaled to the period",
