@@ -180,7 +180,7 @@ class Scheduler {
   std::optional<Item> pop_masked(TimePoint now, std::uint64_t mask);
   std::uint32_t pop_round_robin(std::size_t lane);
   std::int64_t grant(std::uint32_t client) const noexcept;  // DRR units per turn
-  void skip_rounds(std::size_t lane);
+  [[gnu::cold]] void skip_rounds(std::size_t lane);  // rare: off the hot path
   std::uint32_t client_for(std::string_view name);
   Item unlink(std::uint32_t slot);
   void ring_insert(std::size_t lane, std::uint32_t client);

@@ -50,6 +50,24 @@ TEST_CASE("non-ASCII text is overestimated, never under", "[tokens]") {
   std::string cyrillic;
   for (int i = 0; i < 100; ++i) cyrillic += "\xd0\x96";
   CHECK(laneq::estimate_prompt_tokens(Request{.messages = {{"", cyrillic}}}) == 50 + 4 + 3);
+  // any mix, any length and alignment: the same as counting character by character
+  const std::string pieces[] = {"a", "\xd0\x96", "\xe6\x97\xa5", "\xf0\x9f\x98\x80", "hello "};
+  std::uint64_t seed = 7;
+  for (int round = 0; round < 200; ++round) {
+    std::string text;
+    std::int64_t narrow = 0, wide3 = 0, wide4 = 0;
+    const int count = static_cast<int>(seed % 40);
+    for (int i = 0; i < count; ++i) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      const std::string& piece = pieces[(seed >> 33) % 5];
+      text += piece;
+      if (piece.size() == 3) ++wide3;
+      else if (piece.size() == 4) ++wide4;
+      else narrow += static_cast<std::int64_t>(piece.size());
+    }
+    CHECK(laneq::estimate_prompt_tokens(Request{.messages = {{"", text}}}) ==
+          (narrow + 3) / 4 + (3 * wide3 + 1) / 2 + 2 * wide4 + 4 + 3);
+  }
   // broken UTF-8 never counts below zero narrow bytes
   CHECK(laneq::estimate_prompt_tokens(Request{.messages = {{"", "\xf0"}}}) >= 2 + 4 + 3);
 }
