@@ -89,12 +89,14 @@ std::optional<std::uint64_t> scale_number(const Number& n, std::uint64_t unit) n
 }
 
 // A whole string that is one non-negative decimal number, times `unit` nanoseconds.
+// A well-formed number too large for nanoseconds saturates (a retry-after of centuries means "a
+// very long time", not "none", which would retry at once).
 std::optional<nanoseconds> parse_decimal(std::string_view s, std::uint64_t unit) noexcept {
   std::size_t pos = 0;
   Number n;
   if (!scan_number(s, pos, n) || pos != s.size()) return std::nullopt;
   const auto v = scale_number(n, unit);
-  if (!v) return std::nullopt;
+  if (!v) return nanoseconds::max();
   return nanoseconds(static_cast<std::int64_t>(*v));
 }
 

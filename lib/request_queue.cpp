@@ -947,7 +947,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         ec == errc::overloaded)
       metrics_.rate_limited(op->lane, op->client_ref);
     const auto d = decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01());
-    if (d.pause_all) lim.pause_for(d.delay);  // one pause for every worker
+    // One pause for every worker, no longer than a request would wait for its own retry: a
+    // longer retry-after (a daily limit, a clock skewed HTTP-date) fails this request, and the
+    // next one after max_retry_after asks the server again instead of everything stopping.
+    if (d.pause_all) lim.pause_for(std::min<std::chrono::nanoseconds>(d.delay, cfg_.retry.max_retry_after));
     if (!d.retry)
       return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
     const auto at = steady::now() + d.delay;

@@ -154,6 +154,34 @@ TEST_CASE("a 429 with retry-after pauses every worker once and the request keeps
   CHECK(snap.limiters.at(0).pauses == 1);
 }
 
+TEST_CASE("a retry-after beyond max_retry_after fails its request and holds the others only "
+          "max_retry_after, not as long as the server said",
+          "[queue][limits][retry]") {
+  asio::io_context io;
+  TimedProvider provider({.latency = 5ms});
+  // an hour (a daily limit, or an HTTP-date from a skewed clock)
+  provider.inner.script({.error = errc::rate_limited, .status = 429,
+                         .headers = {{"retry-after", "3600"}}});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.max_retry_after = 200ms}});
+  queue.start();
+  std::error_code first, second;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [e1, r1] = co_await queue.async_submit(chat("A"), {}, tuple_awaitable);
+    first = e1;
+    auto [e2, r2] = co_await queue.async_submit(chat("B"), {.timeout = 20s}, tuple_awaitable);
+    second = e2;
+    co_await queue.shutdown();
+  });
+  CHECK(first == errc::rate_limited);  // not retried: an hour is beyond max_retry_after
+  CHECK_FALSE(second);
+  const auto seen = provider.starts();
+  REQUIRE(seen.size() == 2);
+  const auto held = seen[1].second - seen[0].second;
+  CHECK(held >= 200ms);  // the pause, capped
+  CHECK(held < 10s);     // not the hour
+}
+
 TEST_CASE("a 429 pauses starts on all workers, not just the one that saw it",
           "[queue][limits][retry]") {
   asio::io_context io;

@@ -174,6 +174,11 @@ TEST_CASE("retry-after is read as seconds or as an HTTP-date, and retry-after-ms
   CHECK_FALSE(parse_rate_limit_headers({{"retry-after", "-3"}}, now).retry_after);
   CHECK_FALSE(parse_rate_limit_headers({{"retry-after-ms", "-3"}}, now).retry_after);
   CHECK_FALSE(parse_rate_limit_headers({{"retry-after", "later"}}, now).retry_after);
+  // too large for nanoseconds: a very long time, not none
+  CHECK(parse_rate_limit_headers({{"retry-after", "99999999999999"}}, now).retry_after ==
+        nanoseconds::max());
+  CHECK(parse_rate_limit_headers({{"retry-after-ms", "99999999999999999"}}, now).retry_after ==
+        nanoseconds::max());
 }
 
 TEST_CASE("x-should-retry is read as a case-insensitive boolean") {
