@@ -351,10 +351,12 @@ void RateLimiter::observe(const RateLimitInfo& info) {
       if (i == detail::limiter_state::npos) continue;
       if (s.limits.adopt_server_limits && b.limit && *b.limit > 0) {
         // Providers state limits per minute; our budget counts per `period`.
+        // (capped at 2^50 before the conversion: a server's absurd limit must not overflow it)
         const auto scaled = std::max<std::int64_t>(
-            1, static_cast<std::int64_t>(static_cast<long double>(*b.limit) *
-                                         s.limits.period.count() /
-                                         std::chrono::nanoseconds(std::chrono::minutes(1)).count()));
+            1, static_cast<std::int64_t>(std::min<long double>(
+                   static_cast<long double>(*b.limit) * s.limits.period.count() /
+                       std::chrono::nanoseconds(std::chrono::minutes(1)).count(),
+                   static_cast<long double>(std::int64_t{1} << 50))));
         if (scaled != s.budgets.spec(i).limit) {
           s.budgets.set_limit(i, scaled, s.limits.period);
           limit_field(s.limits, static_cast<kind>(k)) = scaled;

@@ -980,13 +980,16 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // tokens, so at least the estimate, or what it reported if more. No answer (network,
   // cancelled): unknown, so the estimate stands.
   static RateCost actual_cost(std::error_code ec, const Response& r, const RateCost& estimate) {
+    // A count no call reaches (2^40), so that budgets' sums never overflow on a server's
+    // absurd numbers; negative ones count as none.
+    const auto sane = [](std::int64_t n) { return std::clamp<std::int64_t>(n, 0, std::int64_t{1} << 40); };
+    const std::int64_t in = sane(r.usage.input_tokens), out = sane(r.usage.output_tokens);
     if (!ec) {
-      if (r.usage.total() <= 0) return estimate;
-      return {1, r.usage.input_tokens, r.usage.output_tokens};
+      if (in + out <= 0) return estimate;
+      return {1, in, out};
     }
     if (r.status >= 200 && r.status < 300)
-      return {1, std::max(estimate.input_tokens, r.usage.input_tokens),
-              std::max(estimate.output_tokens, r.usage.output_tokens)};
+      return {1, std::max(estimate.input_tokens, in), std::max(estimate.output_tokens, out)};
     if (r.status != 0) return {1, 0, 0};
     return estimate;
   }

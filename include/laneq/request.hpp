@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -55,7 +56,13 @@ static_assert(std::is_trivially_copyable_v<SubmitOptions>);
 struct Usage {
   std::int64_t input_tokens = 0;
   std::int64_t output_tokens = 0;
-  std::int64_t total() const noexcept { return input_tokens + output_tokens; }
+  std::int64_t total() const noexcept {  // saturates: a server's absurd counts never overflow
+    std::int64_t sum;
+    if (__builtin_add_overflow(input_tokens, output_tokens, &sum))
+      return input_tokens > 0 ? std::numeric_limits<std::int64_t>::max()
+                              : std::numeric_limits<std::int64_t>::min();
+    return sum;
+  }
 };
 
 // Header names as received; look-ups through Response::header() ignore case.

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <limits>
+#include <random>
 #include <stdexcept>
 
 #include <algorithm>
@@ -377,6 +378,27 @@ TEST_CASE("a call that fails after a 2xx keeps its tokens charged; one the serve
     CHECK(available() == after_first);
     co_await queue.shutdown();
   });
+}
+
+TEST_CASE("absurd usage from a server is charged capped, never overflowing the budgets",
+          "[queue][limits]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.usage_fn = [](const laneq::Request&, std::mt19937_64&) {
+    return laneq::Usage{.input_tokens = std::numeric_limits<std::int64_t>::max(),
+                        .output_tokens = std::numeric_limits<std::int64_t>::max()};
+  }});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .rate_limits = {.tokens = 1000, .period = 60s}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 2; ++i) {  // the second waits on debt: it times out, nothing overflows
+      auto [ec, r] = co_await queue.async_submit(chat("x", 10), {.timeout = 100ms}, tuple_awaitable);
+      CHECK((i == 0 ? !ec : ec == errc::timeout));
+      if (i == 0) CHECK(r.usage.total() == std::numeric_limits<std::int64_t>::max());  // saturates
+    }
+    co_await queue.shutdown();
+  });
+  CHECK(queue.limiter().snapshot().budgets.at(0).available < 0);  // in debt, by 2^41
 }
 
 TEST_CASE("per-model limits: a cheap model's budget is not the expensive model's",

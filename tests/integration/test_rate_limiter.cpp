@@ -609,6 +609,12 @@ TEST_CASE("server limits are adopted only with adopt_server_limits, scaled to th
     CHECK(snap.budgets[1].name == "output_tokens");
     CHECK(snap.budgets[1].limit == 4000);
   }
+  SECTION("on: an absurd limit is capped, not overflowed") {
+    RateLimiter lim(io.get_executor(), {.tokens = 1000, .period = 10min,
+                                        .adopt_server_limits = true});
+    lim.observe({{"x-ratelimit-limit-tokens", "9000000000000000000"}});  // x 10 > int64
+    CHECK(lim.snapshot().budgets.at(0).limit == std::int64_t{1} << 50);
+  }
 }
 
 TEST_CASE("io_context::run() returns as soon as nobody waits: no lingering timer", "[limiter]") {
