@@ -844,7 +844,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         if (ticket == 0) {
           w.acquiring = true;
           std::tie(ec, ticket) = co_await lim.async_acquire(
-              estimate, static_cast<int>(op->lane),
+              estimate, limiter_priority(*op, now),
               asio::bind_cancellation_slot(w.signal.slot(), asio::experimental::as_tuple(on_strand)));
           w.acquiring = false;
           granted = steady::now();
@@ -878,6 +878,15 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       maybe_idle();
     }
     if (--workers_alive_ == 0) finish_shutdown();
+  }
+
+  // A request's place among the limiter's waiters: its lane's rank, improved by aging as the
+  // scheduler does, so a request that aged past newer, better-ranked ones does not wait behind
+  // them again at the limiter (its aging bound holds when the budget is the bottleneck).
+  int limiter_priority(const submit_op_base& op, steady::time_point now) const {
+    const auto step = sched_.lane(op.lane).age_step;
+    if (step.count() <= 0 || now <= op.submitted_at) return op.lane;
+    return static_cast<int>(std::max<std::int64_t>(0, std::int64_t{op.lane} - (now - op.submitted_at) / step));
   }
 
   void begin_attempt(worker& w, op_ptr op, steady::time_point now) {

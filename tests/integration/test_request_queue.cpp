@@ -251,6 +251,38 @@ TEST_CASE("with aging, a background request is served within its bound under con
   });
 }
 
+TEST_CASE("with aging, a background request keeps its bound when the rate limit is the "
+          "bottleneck: it does not wait behind newer critical requests at the limiter",
+          "[queue][aging][limits]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  auto lanes = laneq::default_lanes();
+  lanes[4].age_step = 50ms;  // background: level with critical after 200 ms
+  // one start per 100 ms, two workers: one waits at the limiter while the other's call runs
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .lanes = lanes,
+                             .rate_limits = {.requests = 1, .period = 100ms}});
+  int done = 0;
+  queue.async_submit(chat("background"), {.priority = Priority::background},
+                     [&](std::error_code, auto) { ++done; });
+  for (int i = 0; i < 30; ++i)  // 3 s of critical work at this rate
+    queue.async_submit(chat("critical"), {.priority = Priority::critical},
+                       [&](std::error_code, auto) { ++done; });
+  io.poll();  // all queued before a worker takes any
+  queue.start();
+  run_until(io, [&] {
+    const auto seen = provider.seen();
+    return std::find(seen.begin(), seen.end(), "background") != seen.end();
+  });
+  const auto seen = provider.seen();
+  const auto at = std::find(seen.begin(), seen.end(), "background") - seen.begin();
+  // it reaches a worker after ~200 ms (2-3 critical calls), then waits at most for the one
+  // critical already waiting at the limiter; at its own lane's rank it would wait for all 30
+  CHECK(at <= 8);
+  queue.async_shutdown({.drain = false}, [](std::error_code) {});
+  io.run();
+}
+
 TEST_CASE("reserved workers keep a worker free for critical requests", "[queue][reserved]") {
   asio::io_context io;
   laneq::SimulatedProvider provider({.latency = 40ms});
