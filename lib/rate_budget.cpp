@@ -113,6 +113,15 @@ void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration per
   s.limit = limit;
   s.period = period;
   check_spec(s, "RateBudgets::set_limit (" + s.name + ")");
+  // Smooth mode: the wait still ahead after the last grant was spaced at the old rate; at the
+  // new one it is (old limit / old period) / (new limit / new period) as long.
+  if (b.spec.smooth && !b.window.empty() && b.next_smooth > b.window.back().at) {
+    const TimePoint from = b.window.back().at;
+    const int128 rest = static_cast<int128>((b.next_smooth - from).count());
+    const int128 scaled = rest * period.count() * b.spec.limit /
+                          (static_cast<int128>(limit) * b.spec.period.count());
+    b.next_smooth = from + Duration(static_cast<Duration::rep>(scaled));
+  }
   b.spec = std::move(s);
 }
 

@@ -64,6 +64,18 @@ TEST_CASE("smooth mode spaces grants period / limit apart", "[rate_budget]") {
   CHECK_FALSE(b.try_acquire(c({1}), t0 + 150ms).granted);
 }
 
+TEST_CASE("smooth mode: a limit changed between grants respaces the wait still ahead",
+          "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 1, .period = 60s, .smooth = true}});
+  REQUIRE(b.try_acquire(c({1}), t0).granted);
+  CHECK(b.try_acquire(c({1}), t0).ready_at == t0 + 60s);
+  b.set_limit(0, 600, 60s);  // raised: 100 ms apart from now on, from the last grant too
+  CHECK(b.try_acquire(c({1}), t0).ready_at == t0 + 100ms);
+  REQUIRE(b.try_acquire(c({1}), t0 + 100ms).granted);
+  b.set_limit(0, 60, 60s);  // lowered: 1 s apart
+  CHECK(b.try_acquire(c({1}), t0 + 100ms).ready_at == t0 + 1100ms);
+}
+
 TEST_CASE("every budget must fit at once, and the wait is for the slowest", "[rate_budget]") {
   RateBudgets b({{.name = "requests", .limit = 10, .period = 60s},
                  {.name = "tokens", .limit = 1000, .period = 60s}});
