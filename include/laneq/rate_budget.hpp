@@ -65,7 +65,8 @@ class RateBudgets {
   void pause_until(TimePoint until) noexcept;
   TimePoint paused_until() const noexcept { return paused_until_; }
 
-  // Runtime change of a budget; units already spent stay spent.
+  // Runtime change of a budget; units already spent stay spent. In smooth mode the wait still
+  // ahead after the last grant is respaced at the new rate.
   void set_limit(std::size_t budget, std::int64_t limit, Duration period);
 
   // The provider reports fewer remaining units than we think we have: spend the difference.
