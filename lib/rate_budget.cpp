@@ -113,16 +113,33 @@ void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration per
   s.limit = limit;
   s.period = period;
   check_spec(s, "RateBudgets::set_limit (" + s.name + ")");
-  // Smooth mode: the wait still ahead after the last grant was spaced at the old rate; at the
-  // new one it is (old limit / old period) / (new limit / new period) as long.
-  if (b.spec.smooth && !b.window.empty() && b.next_smooth > b.window.back().at) {
-    const TimePoint from = b.window.back().at;
-    const int128 rest = static_cast<int128>((b.next_smooth - from).count());
-    const int128 scaled = rest * period.count() * b.spec.limit /
-                          (static_cast<int128>(limit) * b.spec.period.count());
-    b.next_smooth = from + Duration(static_cast<Duration::rep>(scaled));
-  }
+  if (b.spec.smooth) respace(b, b.spec, s);
   b.spec = std::move(s);
+}
+
+// Smooth mode: the wait still ahead after the last grant was spaced at the old rate; at the new
+// one it is (old limit / old period) / (new limit / new period) as long.
+void RateBudgets::respace(Budget& b, const BudgetSpec& old, const BudgetSpec& now) {
+  if (b.window.empty() || b.next_smooth <= b.window.back().at) return;
+  const TimePoint from = b.window.back().at;
+  const int128 rest = static_cast<int128>((b.next_smooth - from).count());
+  const int128 scaled = rest * now.period.count() * old.limit /
+                        (static_cast<int128>(now.limit) * old.period.count());
+  b.next_smooth = from + Duration(static_cast<Duration::rep>(scaled));
+}
+
+void RateBudgets::take_history(std::size_t budget, RateBudgets& from, std::size_t from_budget) {
+  Budget& b = budgets_.at(budget);
+  Budget& old = from.budgets_.at(from_budget);
+  b.window = std::move(old.window);
+  b.spent = old.spent;
+  old.spent = 0;
+  if (b.spec.smooth && old.spec.smooth) {
+    b.next_smooth = old.next_smooth;
+    respace(b, old.spec, b.spec);
+  } else if (b.spec.smooth && !b.window.empty()) {  // newly smooth: spaced from the last grant
+    b.next_smooth = b.window.back().at + spacing(b, b.window.back().cost);
+  }
 }
 
 void RateBudgets::lower_remaining(std::size_t budget, std::int64_t remaining, TimePoint now) {

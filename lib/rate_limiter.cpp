@@ -400,10 +400,14 @@ void RateLimiter::set_limits(RateLimits limits) {
       for (std::size_t k = 0; k < k_count; ++k)
         if (s.index[k] != detail::limiter_state::npos)
           s.budgets.set_limit(s.index[k], now_l[k], limits.period);
-    } else {
-      const auto paused = s.budgets.paused_until();
-      s.budgets = RateBudgets(s.specs_for(limits), s.budgets.next_ticket());
-      s.budgets.pause_until(paused);
+    } else {  // budgets added or removed, or smooth switched: a new set, with what was spent
+      const auto old_index = s.index;
+      RateBudgets old = std::move(s.budgets);
+      s.budgets = RateBudgets(s.specs_for(limits), old.next_ticket());
+      for (std::size_t k = 0; k < k_count; ++k)
+        if (old_index[k] != detail::limiter_state::npos && s.index[k] != detail::limiter_state::npos)
+          s.budgets.take_history(s.index[k], old, old_index[k]);
+      s.budgets.pause_until(old.paused_until());
     }
     s.limits = limits;
     s.service(ready);  // grants, or exceeds_rate_limit for waiters that can never fit now

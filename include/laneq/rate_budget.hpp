@@ -68,6 +68,10 @@ class RateBudgets {
   // Runtime change of a budget; units already spent stay spent. In smooth mode the wait still
   // ahead after the last grant is respaced at the new rate.
   void set_limit(std::size_t budget, std::int64_t limit, Duration period);
+  // Budget `budget` takes over what `from`'s `from_budget` spent (its grants still in the
+  // window, their tickets, its smooth spacing at this budget's rate): for a rebuilt set of
+  // budgets. `from` keeps that budget empty.
+  void take_history(std::size_t budget, RateBudgets& from, std::size_t from_budget);
 
   // The provider reports fewer remaining units than we think we have: spend the difference.
   void lower_remaining(std::size_t budget, std::int64_t remaining, TimePoint now);
@@ -89,6 +93,7 @@ class RateBudgets {
   };
 
   void expire(Budget& b, TimePoint now);
+  static void respace(Budget& b, const BudgetSpec& old, const BudgetSpec& now);
   void spend_now(Budget& b, std::int64_t units, TimePoint now);
   Duration spacing(const Budget& b, std::int64_t cost) const;
 

@@ -126,9 +126,9 @@ class RateLimiter {
   // Holds every grant for `d` from now (a 429 / 529): one pause for all waiters.
   void pause_for(std::chrono::nanoseconds d);
 
-  // New limits at runtime. Changing a budget's limit or the period keeps what was spent;
-  // adding or removing a budget (0 <-> non-zero) or switching smooth starts all budgets
-  // afresh (nothing spent). Throws like the constructor.
+  // New limits at runtime. What was spent stays spent in every budget that remains (also when
+  // budgets are added or removed, or smooth is switched); a new budget starts empty. Throws
+  // like the constructor.
   void set_limits(RateLimits limits);
   RateLimits limits() const;
 

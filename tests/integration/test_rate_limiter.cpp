@@ -719,12 +719,19 @@ TEST_CASE("a ticket from before set_limits rebuilt the budgets never names a lat
   const auto old = lim.try_acquire({.requests = 1, .input_tokens = 60});
   REQUIRE(old != 0);
   lim.set_limits({.requests = 10, .tokens = 100, .period = 10s});  // a budget added: rebuilt
-  const auto fresh = lim.try_acquire({.requests = 1, .input_tokens = 60});
+  CHECK(lim.snapshot().budgets.at(1).available == 40);  // the tokens spent stay spent
+  CHECK(lim.snapshot().budgets.at(0).available == 10);  // the new budget starts empty
+  CHECK(lim.try_acquire({.requests = 1, .input_tokens = 60}) == 0);
+  const auto fresh = lim.try_acquire({.requests = 1, .input_tokens = 30});
   REQUIRE(fresh != 0);
   CHECK(fresh != old);
-  // Reconciling the old grant must not refund the fresh one's 60 tokens.
+  // Reconciling the old grant refunds its own 60 tokens, not the fresh one's 30.
   lim.reconcile(old, {.requests = 1, .input_tokens = 60}, {.requests = 0, .input_tokens = 0});
-  CHECK(lim.snapshot().budgets.at(1).available == 40);
+  CHECK(lim.snapshot().budgets.at(1).available == 70);
+  // switching smooth on keeps it too, and spaces the next grant from the last one
+  lim.set_limits({.requests = 10, .tokens = 100, .period = 10s, .smooth = true});
+  CHECK(lim.snapshot().budgets.at(1).available == 70);
+  CHECK(lim.try_acquire({.requests = 1, .input_tokens = 1}) == 0);  // spaced from the last grant
 }
 
 TEST_CASE("an exhausted server bucket pauses even a limiter without that budget",
