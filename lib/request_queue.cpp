@@ -280,6 +280,42 @@ struct journal_link : std::enable_shared_from_this<journal_link> {
 
 // The handler of a durable request nobody awaits (recovered, or async_enqueue'd): its final
 // outcome goes to QueueConfig::on_durable_result.
+// A streaming caller's Request::on_delta, wrapped at admission (providers copy the function, so
+// every copy shares the gate). Once the queue resolves the request while its call still runs
+// (cancel, deadline, shutdown), the gate closes before the caller's handler is posted: no delta
+// reaches the caller after it resumed, when what its callback uses may be gone. The callback
+// runs under the gate's lock, which closing waits for. An exception from it ends the attempt
+// (the provider aborts its stream) and is not retried, nor is a stream that delivered text.
+struct delta_gate {
+  std::mutex mu;
+  bool open = true;
+  bool delivered = false;     // a retry would show the caller the text again
+  std::string thrown;         // what() of the callback's exception ("" = none)
+  bool threw = false;
+  std::function<void(std::string_view)> user;
+};
+struct guarded_delta {
+  std::shared_ptr<delta_gate> g;
+  void operator()(std::string_view delta) const {
+    std::lock_guard lock(g->mu);
+    if (!g->open) return;
+    g->delivered = true;
+    try {
+      g->user(delta);
+    } catch (const std::exception& e) {
+      g->threw = true, g->thrown = e.what(), g->open = false;
+      throw;
+    } catch (...) {
+      g->threw = true, g->thrown = "an exception that is not a std::exception", g->open = false;
+      throw;
+    }
+  }
+};
+delta_gate* gate_of(const Request& r) noexcept {
+  const auto* w = r.on_delta ? r.on_delta.target<guarded_delta>() : nullptr;
+  return w ? w->g.get() : nullptr;
+}
+
 struct durable_result_handler {
   std::shared_ptr<queue_impl> q;  // it may run after the RequestQueue was destroyed
   std::string id;
@@ -458,6 +494,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       return;
     }
     op->lane = static_cast<std::uint16_t>(lane);
+    if (op->request.on_delta && !gate_of(op->request)) {
+      auto gate = std::make_shared<delta_gate>();
+      gate->user = std::move(op->request.on_delta);
+      op->request.on_delta = guarded_delta{std::move(gate)};
+    }
     op->client_ref = metrics_.client(op->options.client);
     metrics_.submitted(lane, op->client_ref);
     if (op->cancel_requested) {  // cancelled before it reached the strand
@@ -790,7 +831,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   // An in-flight request (one a worker has) resolved by someone else: the worker still reads
   // it, and the provider may still read its Request, until the worker lets go.
+  // Also closes a streaming request's delta gate: the caller hears of it before the provider.
   static void keep_for_worker(op_ptr op) {
+    if (auto* g = gate_of(op->request)) {
+      std::lock_guard lock(g->mu);
+      g->open = false;
+    }
     if (op->worker_ref) return;
     op->worker_ref = true;
     op->add_ref();
@@ -952,6 +998,21 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     resp.attempts = op->attempts;
     if (!ec)
       return finish(op, ec, Metrics::Outcome::succeeded, Metrics::From::in_flight, std::move(resp));
+    bool streamed = false;  // text went to the caller: a retry would show it again
+    if (auto* g = gate_of(op->request)) {
+      std::string thrown;
+      bool threw;
+      {
+        std::lock_guard lock(g->mu);
+        streamed = g->delivered, threw = g->threw, thrown = g->thrown;
+      }
+      if (threw) {  // the caller's own callback ended the stream: not the provider's fault
+        resp.error_type = "on_delta";
+        resp.error_message = "Request::on_delta threw: " + thrown;
+        return finish(op, errc::internal, Metrics::Outcome::failed, Metrics::From::in_flight,
+                      std::move(resp));
+      }
+    }
     if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
         ec == errc::overloaded)
       metrics_.rate_limited(op->lane, op->client_ref);
@@ -960,7 +1021,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // longer retry-after (a daily limit, a clock skewed HTTP-date) fails this request, and the
     // next one after max_retry_after asks the server again instead of everything stopping.
     if (d.pause_all) lim.pause_for(std::min<std::chrono::nanoseconds>(d.delay, cfg_.retry.max_retry_after));
-    if (!d.retry)
+    if (!d.retry || streamed)
       return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
     const auto at = steady::now() + d.delay;
     if (at >= op->deadline) {  // the retry could not finish in time: fail now, with the cause

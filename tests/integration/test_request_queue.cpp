@@ -571,6 +571,135 @@ TEST_CASE("a request resolved while its call runs stays alive for the provider u
   CHECK(provider.read == std::vector<std::string>{"cancelled", "timed out"});
 }
 
+namespace {
+
+// Streams `ticks` deltas, one every `every`, through a copy of Request::on_delta (as the HTTP
+// providers do), ignoring cancellation (like read handlers already queued on a transport's
+// strand); then answers 200, or fails as a stream cut short (network, status 200). An exception
+// from on_delta aborts the stream, as the HTTP providers do.
+class StreamingProvider final : public laneq::Provider {
+ public:
+  StreamingProvider(int ticks, std::chrono::milliseconds every, bool cut)
+      : ticks_(ticks), every_(every), cut_(cut) {}
+  void async_call(const laneq::Request& r, const laneq::CallContext& ctx,
+                  laneq::CallCompletion done) noexcept override {
+    ++calls;
+    auto state = std::make_shared<call>(call{asio::steady_timer(ctx.executor), r.on_delta,
+                                             std::move(done), 0});
+    tick(state);
+  }
+  const char* name() const noexcept override { return "streaming"; }
+  int calls = 0, finished = 0;  // on the queue's strand only
+
+ private:
+  struct call {
+    asio::steady_timer timer;
+    std::function<void(std::string_view)> on_delta;
+    laneq::CallCompletion done;
+    int sent;
+  };
+  void tick(std::shared_ptr<call> c) {
+    c->timer.expires_after(every_);
+    c->timer.async_wait([this, c](std::error_code) {
+      laneq::Response r;
+      r.status = 200;
+      if (c->sent < ticks_) {
+        try {
+          ++c->sent;
+          c->on_delta("x");
+          return tick(c);
+        } catch (...) {
+          ++finished;
+          return c->done(errc::network, std::move(r));  // the stream aborted
+        }
+      }
+      ++finished;
+      c->done(cut_ ? make_error_code(errc::network) : std::error_code{}, std::move(r));
+    });
+  }
+  int ticks_;
+  std::chrono::milliseconds every_;
+  bool cut_;
+};
+
+laneq::Request streaming(std::function<void(std::string_view)> on_delta) {
+  laneq::Request r = chat("stream");
+  r.stream = true;
+  r.on_delta = std::move(on_delta);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("no delta reaches a streaming caller after its request was resolved without it "
+          "(deadline), though the provider goes on",
+          "[queue][stream][lifetime]") {
+  asio::io_context io;
+  StreamingProvider provider(20, 5ms, false);
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  int deltas = 0, after = 0;
+  bool resumed = false;
+  std::error_code got;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(streaming([&](std::string_view) {
+                                                 ++deltas;
+                                                 if (resumed) ++after;
+                                               }),
+                                               {.timeout = 30ms}, tuple_awaitable);
+    resumed = true;
+    got = ec;
+    co_await queue.shutdown({.drain = true});  // waits for the call, all 20 ticks
+  });
+  CHECK(got == errc::timeout);
+  CHECK(provider.finished == 1);
+  CHECK(deltas > 0);
+  CHECK(after == 0);
+}
+
+TEST_CASE("a streaming caller's on_delta that throws ends its request with internal, not retried",
+          "[queue][stream][retry]") {
+  asio::io_context io;
+  StreamingProvider provider(5, 1ms, false);
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.max_attempts = 3, .base_delay = 1ms}});
+  queue.start();
+  std::error_code got;
+  laneq::Response resp;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(
+        streaming([](std::string_view) { throw std::runtime_error("the view is gone"); }), {},
+        tuple_awaitable);
+    got = ec;
+    resp = std::move(r);
+    co_await queue.shutdown();
+  });
+  CHECK(got == errc::internal);
+  CHECK_THAT(resp.error_message, Catch::Contains("the view is gone"));
+  CHECK(provider.calls == 1);
+}
+
+TEST_CASE("a stream cut short after it delivered text is not retried: the caller would see the "
+          "text twice",
+          "[queue][stream][retry]") {
+  asio::io_context io;
+  StreamingProvider provider(2, 1ms, true);
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.max_attempts = 3, .base_delay = 1ms}});
+  queue.start();
+  int deltas = 0;
+  std::error_code got;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(streaming([&](std::string_view) { ++deltas; }), {},
+                                               tuple_awaitable);
+    got = ec;
+    co_await queue.shutdown();
+  });
+  CHECK(got == errc::network);
+  CHECK(deltas == 2);
+  CHECK(provider.calls == 1);
+}
+
 TEST_CASE("shutdown with drain finishes queued work; submits after it fail with shutting_down",
           "[queue][shutdown]") {
   asio::io_context io;
