@@ -285,7 +285,14 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     s->sock.async_wait(type, [self = shared_from_this(), s, poll, waiting,
                               cselect](std::error_code ec) {
       (*s).*waiting = false;
-      if (ec || s->closed || !(s->what & poll)) return;
+      if (s->closed || !(s->what & poll)) return;
+      if (ec) {
+        // Cancelled by a "stop watching" (POLL_REMOVE), after which curl asked again (a reused
+        // connection) while this wait was still pending, so that request armed nothing: arm
+        // it now, or nobody would watch the socket and the transfer would hang.
+        if (ec == asio::error::operation_aborted) self->arm(s);
+        return;
+      }
       self->action(s->fd, cselect);
       self->arm(s);  // curl only calls back when interest changes
     });
