@@ -88,9 +88,15 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
                         static_cast<long>(cfg_.max_total_connections));
   }
 
-  // After the io_context stopped: drop transfers (their callers are gone), close connections.
+  // After the io_context stopped: end the transfers, close connections. Each completion is
+  // posted to its caller's executor, as always: it runs if that io_context runs again, or is
+  // destroyed with it - never dropped uncalled while the caller's context lives on.
   void shutdown() {
-    for (auto& [id, t] : transfers_) curl_multi_remove_handle(multi_, t->easy);
+    for (auto& [id, t] : transfers_) {
+      curl_multi_remove_handle(multi_, t->easy);
+      t->response.error = "the transport was destroyed";
+      complete(std::move(t), asio::error::operation_aborted);
+    }
     transfers_.clear();
     if (multi_) curl_multi_cleanup(multi_);  // closes pooled connections via on_close_socket
     multi_ = nullptr;
@@ -132,7 +138,10 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
   // --- strand only from here ---
 
   void add(std::unique_ptr<curl_transfer> t) {
-    if (!multi_) return;
+    if (!multi_) {  // started just before the transport was destroyed
+      t->response.error = "the transport was destroyed";
+      return complete(std::move(t), asio::error::operation_aborted);
+    }
     if (!setup(*t)) return complete(std::move(t), make_error_code(errc::network));
     const auto id = t->id;
     curl_transfer& ref = *t;

@@ -181,3 +181,23 @@ TEST_CASE("cancelling a transfer aborts it and the server sees the connection cl
     return s["connections"]["closed_in_flight"].get<int>() >= 1;
   }));
 }
+
+TEST_CASE("a transport destroyed with transfers in flight completes each of them once, with "
+          "operation_aborted, when its io_context runs again",
+          "[transport][lifetime]") {
+  laneq::mock::MockServerThread mock({.latency = 5s});
+  asio::io_context io;
+  std::vector<std::error_code> got;
+  {
+    laneq::CurlTransport transport(io.get_executor());
+    for (int i = 0; i < 2; ++i)
+      transport.async_request(chat_post(mock.base_url() + "/v1/chat/completions"),
+                              io.get_executor(), {},
+                              [&](std::error_code ec, laneq::HttpResponse) { got.push_back(ec); });
+    // a first transfer under way, the second only posted to the transport's strand
+    io.run_one();
+  }  // destroyed with both pending; nothing runs the io_context meanwhile
+  io.restart();
+  io.run();
+  CHECK(got == std::vector<std::error_code>(2, make_error_code(asio::error::operation_aborted)));
+}
