@@ -55,6 +55,8 @@ struct curl_transfer {
   HttpRequest request;
   HttpResponse response;
   int current_status = 0;  // of the header block being read (1xx / redirects come first)
+  std::size_t max_body = 0;  // CurlTransportConfig::max_response_bytes
+  bool too_large = false;    // the body passed max_body: aborted
   Transport::executor_type caller;  // work-tracked: the caller's context stays busy
   asio::cancellation_slot slot;
   HttpCompletion done;
@@ -155,6 +157,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
   }
 
   bool setup(curl_transfer& t) {
+    t.max_body = cfg_.max_response_bytes;
     t.easy = curl_easy_init();
     if (!t.easy) {
       t.response.error = "curl_easy_init failed";
@@ -268,7 +271,12 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
         default: break;
       }
       std::error_code ec;
-      if (result != CURLE_OK) {
+      if (t->too_large) {
+        t->response.error = "the response body is larger than max_response_bytes (" +
+                            std::to_string(t->max_body) + ")";
+        t->response.body.clear();
+        ec = make_error_code(errc::malformed_response);
+      } else if (result != CURLE_OK) {
         t->response.error = t->errbuf[0] ? t->errbuf : curl_easy_strerror(result);
         ec = make_error_code(errc::network);
       }
@@ -406,6 +414,10 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
         return 0;  // the consumer failed: abort the transfer (CURLE_WRITE_ERROR)
       }
     } else {
+      if (t->max_body != 0 && t->response.body.size() + chunk.size() > t->max_body) {
+        t->too_large = true;
+        return 0;  // abort (CURLE_WRITE_ERROR)
+      }
       t->response.body.append(chunk);
     }
     return size * n;

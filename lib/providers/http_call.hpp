@@ -39,6 +39,8 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
     http.headers.emplace_back("Accept", "text/event-stream");
     // On the transport's strand, one chunk at a time; the completion below runs after the last.
     http.on_body = [stream](std::string_view chunk) {
+      // A parser that gave up reads nothing more: end the transfer instead of downloading on.
+      if (stream->parser.failed()) throw std::length_error("the event stream broke its limits");
       stream->parser.feed(chunk, [&](const SseEvent& e) { stream->acc.on_event(e); });
     };
   }
@@ -53,7 +55,12 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
           r.headers = std::move(hr.headers);
           if (stream) stream->acc.finish(r);  // keep what streamed so far, for the curious
           r.status = hr.status;
-          done(ec == asio::error::operation_aborted ? ec : make_error_code(errc::network),
+          // A stream whose parser gave up (a line or event beyond its limit) is malformed, not
+          // a network failure: retrying would fail the same way. So is a body over the limit.
+          const bool malformed = ec == errc::malformed_response || (stream && stream->parser.failed());
+          done(ec == asio::error::operation_aborted ? ec
+               : malformed                          ? make_error_code(errc::malformed_response)
+                                                    : make_error_code(errc::network),
                std::move(r));
           return;
         }

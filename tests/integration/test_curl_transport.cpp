@@ -201,3 +201,21 @@ TEST_CASE("a transport destroyed with transfers in flight completes each of them
   io.run();
   CHECK(got == std::vector<std::error_code>(2, make_error_code(asio::error::operation_aborted)));
 }
+
+TEST_CASE("a body larger than max_response_bytes aborts its transfer with malformed_response",
+          "[transport]") {
+  laneq::mock::MockServerThread mock;
+  asio::io_context io;
+  laneq::CurlTransport small(io.get_executor(), {.max_response_bytes = 64});
+  laneq::CurlTransport roomy(io.get_executor());
+  const std::string url = mock.base_url() + "/v1/chat/completions";
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [e1, r1] = co_await laneq::async_http(small, chat_post(url), tuple_awaitable);
+    CHECK(e1 == errc::malformed_response);
+    CHECK_THAT(r1.error, Catch::Contains("max_response_bytes"));
+    CHECK(r1.body.empty());
+    auto [e2, r2] = co_await laneq::async_http(roomy, chat_post(url), tuple_awaitable);
+    CHECK_FALSE(e2);
+    CHECK(r2.body.size() > 64);
+  });
+}

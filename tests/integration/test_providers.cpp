@@ -337,3 +337,57 @@ TEST_CASE("API keys never appear in errors - no key and no base URL is a clear c
   laneq::OpenAIProvider sdk_style(transport, {.base_url = "http://127.0.0.1:9/v1"});
   CHECK(sdk_style.url() == "http://127.0.0.1:9/v1/chat/completions");
 }
+
+namespace {
+
+// A transport that answers 200 with an event stream whose first line breaks the SSE parser's
+// 4 MiB limit, then offers more, as a server would keep sending; like CurlTransport, an
+// exception from on_body aborts the exchange (a network error).
+class OversizedStreamTransport final : public laneq::Transport {
+ public:
+  explicit OversizedStreamTransport(executor_type ex) : ex_(std::move(ex)) {}
+  void async_request(laneq::HttpRequest request, executor_type ex, asio::cancellation_slot,
+                     laneq::HttpCompletion done) override {
+    asio::post(ex, [this, request = std::move(request), done = std::move(done)]() mutable {
+      laneq::HttpResponse resp;
+      resp.status = 200;
+      std::error_code ec;
+      try {
+        request.on_body("data: " + std::string((std::size_t{4} << 20) + 16, 'x'));
+        for (int i = 0; i < 100; ++i) {
+          request.on_body("more");
+          ++chunks_after;
+        }
+      } catch (...) {
+        ec = laneq::make_error_code(errc::network);
+      }
+      done(ec, std::move(resp));
+    });
+  }
+  executor_type get_executor() const override { return ex_; }
+  int chunks_after = 0;
+
+ private:
+  executor_type ex_;
+};
+
+}  // namespace
+
+TEST_CASE("a stream that breaks the event parser's limits ends at once as malformed_response, "
+          "not a retryable network error",
+          "[providers][stream]") {
+  asio::io_context io;
+  OversizedStreamTransport transport(io.get_executor());
+  laneq::OpenAIProvider provider(transport, {.api_key = "sk-test", .base_url = "http://127.0.0.1:9"});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    laneq::Request r = chat("hi");
+    r.stream = true;
+    auto [ec, resp] = co_await queue.async_submit(r, {}, asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec == errc::malformed_response);
+    CHECK(resp.attempts == 1);  // not retried
+    co_await queue.shutdown();
+  });
+  CHECK(transport.chunks_after == 0);  // nothing read after the parser gave up
+}

@@ -29,6 +29,9 @@ struct CurlTransportConfig {
   std::size_t max_connections_per_host = 0;                // 0 = unlimited
   std::size_t max_total_connections = 0;                   // 0 = unlimited
   std::string user_agent = "laneq/0.1";
+  // A body (not a stream) larger than this aborts the transfer with malformed_response, so a
+  // broken or hostile server cannot grow memory without bound; 0 = unlimited.
+  std::size_t max_response_bytes = std::size_t{64} << 20;
 };
 
 namespace detail {
