@@ -16,7 +16,9 @@ void append_json(std::string& out, const Request& r) {
   out += ",\"max_tokens\":";
   out += std::to_string(r.max_tokens);
   out += r.stream ? ",\"stream\":true,\"extra\":" : ",\"stream\":false,\"extra\":";
-  if (r.extra.is_null())
+  // A discarded value (json::parse(text, nullptr, false) of bad text) dumps as "<discarded>",
+  // which no later open could read back: stored as null.
+  if (r.extra.is_null() || r.extra.is_discarded())
     out += "null";
   else
     out += dump(r.extra);
@@ -32,7 +34,7 @@ json to_json(const Response& r) {
                      {"output_tokens", r.usage.output_tokens}}},
           {"finish_reason", r.finish_reason},
           {"headers", std::move(headers)},
-          {"raw", r.raw},
+          {"raw", r.raw.is_discarded() ? json(nullptr) : r.raw},
           {"error_type", r.error_type},
           {"error_message", r.error_message},
           {"attempts", r.attempts},

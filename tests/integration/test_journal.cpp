@@ -292,6 +292,32 @@ TEST_CASE("appended requests come back after a reopen in admission order with ev
   CHECK(j->stats().recovered_in_flight == 0);
 }
 
+TEST_CASE("a request or response holding a discarded JSON value is stored as null: the journal "
+          "opens again",
+          "[journal]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  {
+    auto j = Journal::open({path});
+    auto rec = make_record("bad-extra");
+    rec.request.extra = nlohmann::json::parse("{not json", nullptr, false);
+    REQUIRE(rec.request.extra.is_discarded());
+    append_ok(*j, rec);
+    laneq::Response resp;
+    resp.raw = nlohmann::json::parse("neither", nullptr, false);
+    const auto row = append_ok(*j, make_record("bad-raw"));
+    CHECK_FALSE(finish_wait(*j, row, JournalState::succeeded, 1, {}, "", &resp));
+  }
+  auto j = Journal::open({path});  // threw "row cannot be read" before
+  const auto back = j->take_recovered();
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].request.extra.is_null());
+  const auto finished = lookup_wait(*j, "bad-raw");
+  REQUIRE(finished);
+  REQUIRE(finished->response);
+  CHECK(finished->response->raw.is_null());
+}
+
 TEST_CASE("an in-flight request is recovered as pending with its attempts kept and its lease void",
           "[journal]") {
   TempDir dir;
