@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <span>
@@ -648,6 +649,12 @@ std::shared_ptr<Journal> Journal::open(JournalConfig config) {
   if (config.max_batch < 1) bad_config("JournalConfig::max_batch must be >= 1");
   if (config.retention_max_age.count() < 0)
     bad_config("JournalConfig::retention_max_age must be >= 0 (0 = keep)");
+  // "Keep for ever" written as a huge age or count (milliseconds::max(), SIZE_MAX) must not
+  // wrap around into "delete everything": beyond a century there is nothing to cut.
+  constexpr auto century = std::chrono::hours(24 * 365 * 100);
+  if (config.retention_max_age > century) config.retention_max_age = century;
+  constexpr auto max_keep = static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max());
+  if (config.retention_keep_last > max_keep) config.retention_keep_last = max_keep;
   if (static_cast<int>(config.synchronous) < 0 || static_cast<int>(config.synchronous) > 3)
     bad_config("JournalConfig::synchronous is not a JournalSync value");
   if (!config.clock) config.clock = [] { return sys_clock::now(); };
@@ -665,6 +672,7 @@ Journal::~Journal() {
     impl_->stopping = true;
   }
   impl_->cv.notify_one();
+  if (!impl_->writer.joinable()) return;  // its thread never started (open() threw)
   if (impl_->writer.get_id() == std::this_thread::get_id())
     impl_->writer.detach();  // the last reference dropped in a completion: finish on our own
   else

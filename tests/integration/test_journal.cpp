@@ -507,6 +507,24 @@ TEST_CASE("retention deletes finished rows older than the maximum age and never 
   CHECK(ids_of(list_wait(*j)) == std::vector<std::string>{"r1", "r2", "r3"});
 }
 
+TEST_CASE("retention set to keep for ever with the type's maximum keeps every row",
+          "[journal][retention]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  {
+    auto j = Journal::open({.path = path});
+    for (int i = 0; i < 3; ++i) append_ok(*j, make_record("r" + std::to_string(i)));
+    for (int row : {1, 2}) CHECK_FALSE(finish_wait(*j, row, JournalState::succeeded, 1));
+  }
+  for (const laneq::JournalConfig& cfg :
+       {laneq::JournalConfig{.path = path, .retention_max_age = std::chrono::milliseconds::max()},
+        laneq::JournalConfig{.path = path, .retention_keep_last = SIZE_MAX}}) {
+    auto j = Journal::open(cfg);
+    CHECK(j->stats().retention_deleted == 0);
+    CHECK(list_wait(*j).size() == 3);
+  }
+}
+
 TEST_CASE("retention keeps only the newest finished rows when keep_last is set",
           "[journal][retention]") {
   TempDir dir;
