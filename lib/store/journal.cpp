@@ -358,6 +358,11 @@ void Journal::Impl::open() {
   // The first read takes the lock and reads the header: locked / not a database fail here,
   // before anything is written.
   const auto version = query_int("PRAGMA user_version", "reading the schema version");
+  if (version < 0)  // some other program's database: its migrations would index out of range
+    throw std::system_error(
+        make_error_code(errc::journal),
+        "laneq journal '" + config.path + "' has schema version " + std::to_string(version) +
+            ": not a laneq journal; it was left untouched: use another path");
   if (version > store::schema_version)
     throw std::system_error(
         make_error_code(errc::journal),

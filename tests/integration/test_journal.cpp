@@ -776,6 +776,12 @@ TEST_CASE("a journal with a newer schema version is refused and left untouched",
   const auto msg = open_error(path);
   CHECK_THAT(msg, Catch::Contains("schema version 99, newer than this laneq supports"));
   CHECK(read_file(path) == before);
+  // a negative version: some other program's database
+  const auto other = dir.file("other.db");
+  sql(other, "CREATE TABLE t(x); PRAGMA user_version = -1;");
+  const auto other_before = read_file(other);
+  CHECK_THAT(open_error(other), Catch::Contains("not a laneq journal"));
+  CHECK(read_file(other) == other_before);
 }
 
 TEST_CASE("a version 1 journal is migrated to version 2 and keeps its rows", "[journal]") {
