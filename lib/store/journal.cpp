@@ -196,6 +196,9 @@ struct Journal::Impl {
   int step_once(Stmt& s);  // step + reset; an error's message goes to sql_error
   // Retention inside the open transaction; false (message in sql_error) on failure.
   bool retention_pass(BatchCounts& n);
+  // retention_pass in a savepoint: its failure undoes only its own deletes (counted as a write
+  // error); false only if the transaction itself was lost.
+  bool retention_isolated(BatchCounts& n);
 
   void execute(AppendOp& o, BatchCounts& n);
   void execute(InFlightOp& o, BatchCounts& n);
@@ -384,11 +387,13 @@ void Journal::Impl::open() {
   recover();
   prepare_statements();
   BatchCounts n;
-  if (!retention_pass(n))
+  if (!retention_isolated(n))
     throw std::system_error(make_error_code(errc::journal),
                             "laneq journal '" + config.path + "': retention failed: " + sql_error);
   stats.retention_passes = n.retention_passes;
   stats.retention_deleted = n.retention_deleted;
+  stats.write_errors = n.write_errors;
+  if (n.write_errors) stats.last_error = "laneq journal '" + config.path + "': " + op_error;
   finished_rows -= static_cast<std::int64_t>(n.retention_deleted);
   exec_or_fail("COMMIT", "committing the open");
 }
@@ -407,6 +412,26 @@ std::error_code Journal::Impl::statement_failed(std::string what, BatchCounts& n
   ++n.write_errors;
   op_error = std::move(what);
   return make_error_code(errc::journal);
+}
+
+// Retention is housekeeping: a failure of its deletes (a disk too full for the WAL) must not roll
+// back the appends and outcomes committed with it, every minute again.
+bool Journal::Impl::retention_isolated(BatchCounts& n) {
+  if (db.exec("SAVEPOINT retention") != SQLITE_OK) {
+    statement_failed(std::string("retention: SAVEPOINT: ") + db.errmsg(), n);
+    return !transaction_lost();
+  }
+  BatchCounts r = n;
+  if (retention_pass(r) && db.exec("RELEASE retention") == SQLITE_OK) {
+    n = r;
+    return true;
+  }
+  const std::string why = sql_error;
+  db.exec("ROLLBACK TO retention");
+  db.exec("RELEASE retention");
+  if (transaction_lost()) return false;
+  statement_failed("retention: " + why, n);
+  return true;
 }
 
 bool Journal::Impl::retention_pass(BatchCounts& n) {
@@ -560,7 +585,8 @@ void Journal::Impl::run_batch(std::span<Op> batch, bool retention_due) {
   }
   retention_due = retention_due || finished_since_pass + n.finished >= retention_every;
   if (retention_due) last_pass = t0;  // also after a failure: no retry loop
-  if (failure.empty() && retention_due && !retention_pass(n)) failure = "retention: " + sql_error;
+  if (failure.empty() && retention_due && !retention_isolated(n))
+    failure = "retention: " + sql_error;
   if (failure.empty() && step_once(st.commit) != SQLITE_DONE) failure = "COMMIT: " + sql_error;
   if (!failure.empty() && !transaction_lost()) step_once(st.rollback);
   const auto elapsed = steady::now() - t0;

@@ -525,6 +525,32 @@ TEST_CASE("retention set to keep for ever with the type's maximum keeps every ro
   }
 }
 
+TEST_CASE("a retention pass that fails undoes only its own deletes: the journal opens and keeps "
+          "working, and counts the failure",
+          "[journal][retention]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  ManualClock clock;
+  {
+    auto j = Journal::open({.path = path, .clock = clock.fn()});
+    for (int i = 0; i < 3; ++i) append_ok(*j, make_record("r" + std::to_string(i)));
+    for (int row : {1, 2}) CHECK_FALSE(finish_wait(*j, row, JournalState::succeeded, 1));
+  }
+  // every delete fails, as it may when the disk is too full for the WAL
+  sql(path, "CREATE TRIGGER refuse BEFORE DELETE ON requests BEGIN "
+            "SELECT RAISE(ABORT, 'deletes refused'); END;");
+  clock.set(t0_ms + 2 * 60 * 60'000);
+  auto j = Journal::open({.path = path, .retention_max_age = 1h, .clock = clock.fn()});
+  const auto stats = j->stats();
+  CHECK(stats.retention_deleted == 0);
+  CHECK(stats.write_errors == 1);
+  CHECK_THAT(stats.last_error, Catch::Contains("deletes refused"));
+  CHECK(list_wait(*j).size() == 3);
+  CHECK(j->take_recovered().size() == 1);  // r2, still pending, recovered as usual
+  append_ok(*j, make_record("r3"));       // and it keeps working
+  CHECK(list_wait(*j).size() == 4);
+}
+
 TEST_CASE("retention keeps only the newest finished rows when keep_last is set",
           "[journal][retention]") {
   TempDir dir;
