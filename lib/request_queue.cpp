@@ -405,8 +405,18 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void on_journal_event(const journal_event& e) {
     switch (e.what) {
       case journal_event::kind::appended: return journaled(e.op, e.ec, e.row);
-      case journal_event::kind::finished:
-        return e.op->deliver(e.op->durable->ec, std::move(e.op->durable->result));
+      case journal_event::kind::finished: {
+        auto& d = *e.op->durable;
+        if (e.ec) {
+          // Not committed (e.g. a full disk): the row is still open and runs again after a
+          // restart. The caller gets the result with that said, not a promise the journal broke.
+          d.result.error_message = "the outcome (" + (d.ec ? error_name(d.ec) : std::string("succeeded")) +
+                                   ") could not be committed to the journal; the request stays "
+                                   "pending and may run again after a restart";
+          return e.op->deliver(make_error_code(errc::journal), std::move(d.result));
+        }
+        return e.op->deliver(d.ec, std::move(d.result));
+      }
       case journal_event::kind::flushed: return notify_shutdown();
     }
   }
@@ -624,10 +634,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                                    op->durable->earlier_attempts + op->attempts);
     journal_->finish(row, journal_state(outcome), attempts, ec,
                      std::move(message), &r,
-                     [link = link_, op](std::error_code) {
+                     [link = link_, op](std::error_code ec) {
                        // A failed outcome write leaves the row open: it runs again next time
-                       // (at-least-once); Journal::stats() counts the failure.
-                       link->push({journal_event::kind::finished, op});
+                       // (at-least-once); Journal::stats() counts the failure, and the caller
+                       // hears of it (below).
+                       link->push({journal_event::kind::finished, op, ec});
                      });
   }
 

@@ -29,6 +29,7 @@
 
 #include "laneq/laneq.hpp"
 #include "support/journal_wait.hpp"
+#include "support/raw_sql.hpp"
 #include "support/recording_provider.hpp"
 #include "support/run.hpp"
 #include "support/temp_dir.hpp"
@@ -732,6 +733,39 @@ TEST_CASE("a durable submit cancelled while its row is being written, then the q
   const auto row = lookup_wait(*journal, "d1");
   REQUIRE(row);
   CHECK(row->state == JournalState::cancelled);
+}
+
+TEST_CASE("a durable outcome the journal cannot commit reaches its caller as errc::journal, with "
+          "the response, and the request runs again next time",
+          "[durable][errors]") {
+  TempDir dir("laneq-durable");
+  const auto path = dir.file("q.db");
+  laneq::Journal::open({path});  // the schema
+  // outcomes cannot be written (as with a full disk); marking in flight still can
+  laneq::test::sql(path, "CREATE TRIGGER refuse BEFORE UPDATE OF state ON requests "
+                         "WHEN NEW.state >= 2 BEGIN SELECT RAISE(ABORT, 'disk full'); END;");
+  {
+    DurableRun run1({.workers = 1, .journal = {.path = path}});
+    std::error_code got;
+    laneq::Response resp;
+    run1.queue.start();
+    run(run1.io, [&]() -> asio::awaitable<void> {
+      auto [ec, r] = co_await run1.queue.async_submit(request("d1"), {.durable = true},
+                                                       tuple_awaitable);
+      got = ec;
+      resp = std::move(r);
+      co_await run1.queue.shutdown();
+    });
+    CHECK(got == errc::journal);
+    CHECK(resp.status == 200);  // the answer it had
+    CHECK_THAT(resp.error_message, Catch::Contains("could not be committed"));
+    CHECK(run1.queue.journal()->stats().write_errors >= 1);
+  }
+  laneq::test::sql(path, "DROP TRIGGER refuse;");
+  DurableRun next({.workers = 1, .journal = {.path = path}});
+  next.drain();
+  CHECK(next.provider.seen() == ids{"d1"});  // at least once
+  CHECK(next.reports.only("d1").ec == std::error_code{});
 }
 
 TEST_CASE("shutdown with drain completes only after every durable outcome is committed and "

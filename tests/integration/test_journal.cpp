@@ -32,6 +32,7 @@
 #include "store/record_json.hpp"
 #include "store/schema.hpp"
 #include "support/journal_wait.hpp"
+#include "support/raw_sql.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace std::chrono_literals;
@@ -42,6 +43,7 @@ using laneq::JournalState;
 using laneq::test::ids_of;
 using laneq::test::list_wait;
 using laneq::test::lookup_wait;
+using laneq::test::sql;
 using laneq::test::TempDir;
 using sys_clock = std::chrono::system_clock;
 namespace fs = std::filesystem;
@@ -187,18 +189,6 @@ struct ManualClock {
   void set(std::int64_t v) const { ms->store(v); }
 };
 
-// Raw SQLite access for building old or foreign files (never while a Journal holds the file).
-void sql(const std::string& path, const std::string& statements) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  char* err = nullptr;
-  const int rc = sqlite3_exec(db, statements.c_str(), nullptr, nullptr, &err);
-  const std::string msg = err ? err : "";
-  sqlite3_free(err);
-  sqlite3_close(db);
-  INFO(msg);
-  REQUIRE(rc == SQLITE_OK);
-}
 
 void write_all(int fd, std::string_view text) {
   while (!text.empty()) {
