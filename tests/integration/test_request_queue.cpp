@@ -18,6 +18,7 @@
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 
@@ -945,9 +946,12 @@ TEST_CASE("a coroutine's io_context may run out and be destroyed while a worker 
   queue.start();
   std::error_code seen;
   bool ended = false;
+  const bool on_strand = GENERATE(false, true);  // the coroutine on `other` or a strand of it
   {
     asio::io_context other;  // the coroutine's
-    asio::co_spawn(other, [&]() -> asio::awaitable<void> {
+    auto coro_ex = on_strand ? asio::any_io_executor(asio::make_strand(other))
+                             : asio::any_io_executor(other.get_executor());
+    asio::co_spawn(coro_ex, [&]() -> asio::awaitable<void> {
       try {
         co_await queue.submit(chat("late"), {.timeout = 10ms});  // times out in its call
       } catch (const laneq::RequestError& e) {

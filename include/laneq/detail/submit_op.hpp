@@ -351,14 +351,23 @@ class submit_op final : public submit_op_base {
     if (slot.is_connected()) slot.clear();
     Handler h(std::move(b_.handler));
     const bool call = deliver_result;
-    if (release_before_handler()) {
+    if constexpr (gives_back_anywhere) {
+      // The handler's remains and its executor end here, on the handler's executor, whoever
+      // lets go of the memory: a late last holder (on the queue's strand) must not destroy a
+      // coroutine's strand whose io_context may be gone by then.
       auto work = std::move(b_.work);  // keep the context busy until the handler has run
-      give_back();
+      b_.~bound();
+      if (release_before_handler()) deallocate_self();
+    } else {
+      if (release_before_handler()) {
+        auto work = std::move(b_.work);  // keep the context busy until the handler has run
+        give_back();
+      }
     }
-    // Else a worker or a posted cancel lets go later, on the queue's strand: the op then goes
-    // back to std::allocator there, or to any other allocator here, on the handler's executor
-    // (kept busy until then by b_.work), so an allocator that is not thread-safe is never
-    // called from two threads.
+    // Else a worker or a posted cancel lets go later, on the queue's strand: the memory then
+    // goes back to std::allocator there, or to any other allocator here, on the handler's
+    // executor (kept busy until then by b_.work), so an allocator that is not thread-safe is
+    // never called from two threads.
     if (call) std::move(h)(ec, std::move(r));
   }
 
@@ -401,7 +410,11 @@ class submit_op final : public submit_op_base {
     alloc_traits::deallocate(a, this, 1);
   }
   void destroy() noexcept override {
-    if (!gives_back_anywhere && handler_has_run()) {
+    if constexpr (gives_back_anywhere) {
+      if (handler_has_run()) return deallocate_self();  // b_ ended in invoke()
+      return give_back();
+    }
+    if (handler_has_run()) {
       try {
         return detail::post(b_.work.get_executor(), giver(this));
       } catch (...) {
