@@ -231,11 +231,12 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
   if (Series* const* s = recent_clients_.find(clients_, name, hash, series)) return ClientRef(*s);
   // A name that is not valid UTF-8 is kept with its broken sequences as U+FFFD (JSON and
   // Prometheus text need UTF-8), sharing a series with any other name that reads the same.
-  std::string key = named_clients_ < max_clients_ && name != other_client
-                        ? detail::to_valid_utf8(name)
-                        : std::string(other_client);
+  // (Such a name misses the cache, whose keys are the stored names: it takes this path each time.)
+  std::string key = detail::to_valid_utf8(name);
   std::lock_guard lock(mu_);
-  const bool own = key != other_client;
+  if (const auto it = clients_.find(key); it != clients_.end()) return ClientRef(it->second.get());
+  const bool own = named_clients_ < max_clients_ && key != other_client;
+  if (!own) key = other_client;
   auto& slot = clients_[std::move(key)];
   if (!slot) {
     slot = std::make_unique<Series>();

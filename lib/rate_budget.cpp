@@ -123,8 +123,9 @@ void RateBudgets::respace(Budget& b, const BudgetSpec& old, const BudgetSpec& no
   if (b.window.empty() || b.next_smooth <= b.window.back().at) return;
   const TimePoint from = b.window.back().at;
   const int128 rest = static_cast<int128>((b.next_smooth - from).count());
-  const int128 scaled = rest * now.period.count() * old.limit /
-                        (static_cast<int128>(now.limit) * old.period.count());
+  const int128 scaled = std::min<int128>(rest * now.period.count() * old.limit /
+                                             (static_cast<int128>(now.limit) * old.period.count()),
+                                         now.period.count());  // the window frees it by then
   b.next_smooth = from + Duration(static_cast<Duration::rep>(scaled));
 }
 

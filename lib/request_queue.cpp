@@ -410,9 +410,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         if (e.ec) {
           // Not committed (e.g. a full disk): the row is still open and runs again after a
           // restart. The caller gets the result with that said, not a promise the journal broke.
-          d.result.error_message = "the outcome (" + (d.ec ? error_name(d.ec) : std::string("succeeded")) +
-                                   ") could not be committed to the journal; the request stays "
-                                   "pending and may run again after a restart";
+          std::string why = "the outcome (" + (d.ec ? error_name(d.ec) : std::string("succeeded")) +
+                            ") could not be committed to the journal; the request may run "
+                            "again after a restart";
+          if (!d.result.error_message.empty()) why += " (" + d.result.error_message + ")";
+          d.result.error_message = std::move(why);
           return e.op->deliver(make_error_code(errc::journal), std::move(d.result));
         }
         return e.op->deliver(d.ec, std::move(d.result));
@@ -1003,7 +1005,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         resp.headers.empty()
             ? RateLimitInfo{}
             : parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
-    lim.observe(info);
+    observe_capped(lim, info);
     if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
     resp.attempts = op->attempts;
@@ -1031,7 +1033,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // One pause for every worker, no longer than a request would wait for its own retry: a
     // longer retry-after (a daily limit, a clock skewed HTTP-date) fails this request, and the
     // next one after max_retry_after asks the server again instead of everything stopping.
-    if (d.pause_all) lim.pause_for(std::min<std::chrono::nanoseconds>(d.delay, cfg_.retry.max_retry_after));
+    if (d.pause_all) lim.pause_for(std::min(d.delay, cfg_.retry.retry_after_limit()));
     if (!d.retry || streamed)
       return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
     const auto at = steady::now() + d.delay;
@@ -1053,6 +1055,21 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     op->st = state::retry_wait;
     retry_waits_.emplace(at, op);
     arm_timer(at);
+  }
+
+  // The limiter adopts the server's view, except that an exhausted bucket holds every start no
+  // longer than a request would wait for its own retry (a reset hours ahead, e.g. from a skewed
+  // clock, must not stop everything either; the next start asks the server again).
+  void observe_capped(RateLimiter& lim, const RateLimitInfo& info) const {
+    const auto cap = cfg_.retry.retry_after_limit();
+    const auto over = [&](const RateLimitInfo::Bucket& b) { return b.reset_after && *b.reset_after > cap; };
+    if (!over(info.requests) && !over(info.tokens) && !over(info.input_tokens) &&
+        !over(info.output_tokens))
+      return lim.observe(info);
+    RateLimitInfo capped = info;
+    for (auto* b : {&capped.requests, &capped.tokens, &capped.input_tokens, &capped.output_tokens})
+      if (over(*b)) b->reset_after = cap;
+    lim.observe(capped);
   }
 
   // What the call cost in the end. Success: the reported usage (the estimate when none came).

@@ -69,7 +69,7 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
   }
 
   d.retry = attempts < policy.max_attempts && is_retryable(ec, status, info.should_retry);
-  if (d.retry && d.from_server && d.delay > policy.max_retry_after) d.retry = false;
+  if (d.retry && d.from_server && d.delay > policy.retry_after_limit()) d.retry = false;
   return d;
 }
 

@@ -16,6 +16,7 @@
 // beyond it the request fails rather than hold a worker's place for minutes), else for a 429
 // the reset time of an exhausted rate-limit bucket, else exponential backoff with full jitter:
 // uniform [0, min(max_delay, base_delay * 2^(attempt-1))).
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <system_error>
@@ -32,6 +33,13 @@ struct RetryPolicy {
   std::chrono::milliseconds base_delay{500};
   std::chrono::milliseconds max_delay{8000};
   std::chrono::milliseconds max_retry_after{60'000};
+
+  // max_retry_after in nanoseconds, at most a year: "always wait" written as
+  // milliseconds::max() must not overflow into a negative limit.
+  std::chrono::nanoseconds retry_after_limit() const noexcept {
+    return std::chrono::nanoseconds(std::min(max_retry_after, std::chrono::milliseconds(
+                                                                  std::chrono::hours(24 * 365))));
+  }
 };
 
 struct RetryDecision {

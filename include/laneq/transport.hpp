@@ -27,7 +27,10 @@ struct HttpRequest {
   Headers headers{};
   std::string body{};
   // Streaming: called with each piece of the response body as it arrives (on the transport's
-  // strand; must not block). The body is then not accumulated in HttpResponse::body.
+  // strand; must not block). The body is then not accumulated in HttpResponse::body. It may
+  // throw to stop reading (the providers do, when the stream broke its limits or the caller's
+  // on_delta threw): a transport then aborts the exchange and completes with an error
+  // (CurlTransport: errc::network), never letting the exception escape.
   std::function<void(std::string_view)> on_body{};
   std::chrono::milliseconds timeout{0};  // whole exchange; 0 = the transport's default
 };

@@ -183,6 +183,46 @@ TEST_CASE("a retry-after beyond max_retry_after fails its request and holds the 
   CHECK(held < 10s);     // not the hour
 }
 
+TEST_CASE("an exhausted bucket whose reset is hours away holds starts only max_retry_after",
+          "[queue][limits][retry]") {
+  asio::io_context io;
+  TimedProvider provider({.latency = 5ms});
+  // a success that reports the request bucket empty until a reset 3 h away (a skewed clock)
+  provider.inner.script({.status = 200, .headers = {{"x-ratelimit-remaining-requests", "0"},
+                                                    {"x-ratelimit-reset-requests", "3h"}}});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.max_retry_after = 200ms}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [e1, r1] = co_await queue.async_submit(chat("A"), {}, tuple_awaitable);
+    CHECK_FALSE(e1);
+    auto [e2, r2] = co_await queue.async_submit(chat("B"), {.timeout = 20s}, tuple_awaitable);
+    CHECK_FALSE(e2);
+    co_await queue.shutdown();
+  });
+  const auto seen = provider.starts();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1].second - seen[0].second >= 150ms);  // held...
+  CHECK(seen[1].second - seen[0].second < 10s);     // ...but not for hours
+}
+
+TEST_CASE("max_retry_after = milliseconds::max() means always honour retry-after, not never",
+          "[queue][limits][retry]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 1ms});
+  provider.script({.error = errc::rate_limited, .status = 429, .headers = retry_after_ms(50)});
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 1, .retry = {.max_retry_after = std::chrono::milliseconds::max()}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK_FALSE(ec);  // retried after 50 ms
+    CHECK(r.attempts == 2);
+    co_await queue.shutdown();
+  });
+}
+
 TEST_CASE("a 429 pauses starts on all workers, not just the one that saw it",
           "[queue][limits][retry]") {
   asio::io_context io;

@@ -323,6 +323,17 @@ TEST_CASE("a client name that is not valid UTF-8 is exported with U+FFFD, never 
   CHECK(text.find("\xff") == std::string::npos);
 }
 
+TEST_CASE("a broken client name keeps its series when the client limit is reached later",
+          "[metrics]") {
+  Metrics m(two_lanes(), 2);
+  m.submitted(0, m.client(std::string("caf\xc3")));  // its own series, under caf\uFFFD
+  m.submitted(0, m.client("b"));                     // the limit is reached
+  m.submitted(0, m.client(std::string("caf\xc3")));  // still its own, not _other
+  const auto s = m.snapshot();
+  CHECK(s.clients.at("caf\xef\xbf\xbd").submitted == 2);
+  CHECK(s.clients.count("_other") == 0);
+}
+
 // ---- export ------------------------------------------------------------------------------
 
 namespace {

@@ -74,6 +74,12 @@ TEST_CASE("smooth mode: a limit changed between grants respaces the wait still a
   REQUIRE(b.try_acquire(c({1}), t0 + 100ms).granted);
   b.set_limit(0, 60, 60s);  // lowered: 1 s apart
   CHECK(b.try_acquire(c({1}), t0 + 100ms).ready_at == t0 + 1100ms);
+
+  // cut hard: the respaced wait (10 min) is capped at a period, by when the window frees it
+  RateBudgets t({{.name = "tokens", .limit = 2'000'000, .period = 60s, .smooth = true}});
+  REQUIRE(t.try_acquire(c({100'000}), t0).granted);  // next in 3 s
+  t.set_limit(0, 10'000, 60s);
+  CHECK(t.try_acquire(c({1}), t0).ready_at <= t0 + 60s);
 }
 
 TEST_CASE("every budget must fit at once, and the wait is for the slowest", "[rate_budget]") {

@@ -8,7 +8,9 @@
 //
 // Threads: none of its own. Name resolution uses curl's asynchronous resolver (Debian's
 // libcurl: a short-lived resolver thread per lookup, never a blocking call on the loop).
-// Lifetime: destroy after the io_context stopped running (pending transfers are dropped).
+// Lifetime: destroy after the io_context stopped running; pending transfers then complete with
+// asio::error::operation_aborted when it runs again (or are destroyed with it). A body larger
+// than max_response_bytes completes with errc::malformed_response.
 #include <chrono>
 #include <cstddef>
 #include <memory>
