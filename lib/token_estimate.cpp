@@ -1,6 +1,7 @@
 #include "laneq/token_estimate.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -28,6 +29,10 @@ struct wide_leads {
   void add(std::string_view s) noexcept {
     const char* p = s.data();
     const std::size_t n = s.size();
+    if constexpr (std::endian::native != std::endian::little) {  // the shifts below assume it
+      for (std::size_t i = 0; i < n; ++i) add_word(static_cast<unsigned char>(p[i]));
+      return;
+    }
     if (n >= 8) {
       std::size_t i = 0;
       for (; i + 8 <= n; i += 8) add_word(load<std::uint64_t>(p + i));
