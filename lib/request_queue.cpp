@@ -1,8 +1,8 @@
 #include "laneq/request_queue.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <future>
 #include <limits>
@@ -278,8 +278,6 @@ struct journal_link : std::enable_shared_from_this<journal_link> {
   strand_inbox<vector_batch<journal_event>> events;
 };
 
-// The handler of a durable request nobody awaits (recovered, or async_enqueue'd): its final
-// outcome goes to QueueConfig::on_durable_result.
 // A streaming caller's Request::on_delta, wrapped at admission (providers copy the function, so
 // every copy shares the gate). Once the queue resolves the request while its call still runs
 // (cancel, deadline, shutdown), the gate closes before the caller's handler is posted: no delta
@@ -290,8 +288,8 @@ struct delta_gate {
   std::mutex mu;
   bool open = true;
   bool delivered = false;     // a retry would show the caller the text again
-  std::string thrown;         // what() of the callback's exception ("" = none)
-  bool threw = false;
+  bool threw = false;         // the callback threw: the attempt ends, not retried
+  std::string thrown;         // its what()
   std::function<void(std::string_view)> user;
 };
 struct guarded_delta {
@@ -316,6 +314,8 @@ delta_gate* gate_of(const Request& r) noexcept {
   return w ? w->g.get() : nullptr;
 }
 
+// The handler of a durable request nobody awaits (recovered, or async_enqueue'd): its final
+// outcome goes to QueueConfig::on_durable_result.
 struct durable_result_handler {
   std::shared_ptr<queue_impl> q;  // it may run after the RequestQueue was destroyed
   std::string id;
@@ -943,9 +943,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // scheduler does, so a request that aged past newer, better-ranked ones does not wait behind
   // them again at the limiter (its aging bound holds when the budget is the bottleneck).
   int limiter_priority(const submit_op_base& op, steady::time_point now) const {
-    const auto step = sched_.lane(op.lane).age_step;
-    if (step.count() <= 0 || now <= op.submitted_at) return op.lane;
-    return static_cast<int>(std::max<std::int64_t>(0, std::int64_t{op.lane} - (now - op.submitted_at) / step));
+    return static_cast<int>(sched_.effective_rank(op.lane, op.submitted_at, now));
   }
 
   void begin_attempt(worker& w, op_ptr op, steady::time_point now) {

@@ -143,10 +143,7 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
 
   // deadline
   if (a.deadline) {
-    n.deadline_kind = explicit_deadline;
-    n.dl_prev = static_cast<std::uint32_t>(heap_.size());
-    heap_.push_back({*a.deadline, slot});
-    heap_up(heap_.size() - 1);
+    heap_push(slot, *a.deadline);
   } else if (lane.spec.timeout.count() > 0) {
     n.deadline_kind = lane_deadline;
     insert_by_seq<&Node::dl_prev, &Node::dl_next>(slot, lane.dl_head, lane.dl_tail);
@@ -156,12 +153,8 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
     const bool after_prev = n.dl_prev == npos || nodes_[n.dl_prev].enqueued_at <= n.enqueued_at;
     const bool before_next = n.dl_next == npos || n.enqueued_at <= nodes_[n.dl_next].enqueued_at;
     if (!after_prev || !before_next) {
-      (n.dl_prev != npos ? nodes_[n.dl_prev].dl_next : lane.dl_head) = n.dl_next;
-      (n.dl_next != npos ? nodes_[n.dl_next].dl_prev : lane.dl_tail) = n.dl_prev;
-      n.deadline_kind = explicit_deadline;
-      n.dl_prev = static_cast<std::uint32_t>(heap_.size());
-      heap_.push_back({n.enqueued_at + lane.spec.timeout, slot});
-      heap_up(heap_.size() - 1);
+      dl_list_erase(slot);
+      heap_push(slot, n.enqueued_at + lane.spec.timeout);
     }
   } else {
     n.deadline_kind = no_deadline;
@@ -227,8 +220,7 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
   if (--cl.pending == 0) ++idle_clients_;
 
   if (n.deadline_kind == lane_deadline) {
-    if (n.dl_prev != npos) nodes_[n.dl_prev].dl_next = n.dl_next; else lane.dl_head = n.dl_next;
-    if (n.dl_next != npos) nodes_[n.dl_next].dl_prev = n.dl_prev; else lane.dl_tail = n.dl_prev;
+    dl_list_erase(slot);
   } else if (n.deadline_kind == explicit_deadline) {
     heap_erase(n.dl_prev);
   }
@@ -245,6 +237,28 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
   if (idle_clients_ > idle_client_sweep && idle_clients_ > clients_by_name_.size() / 2)
     collect_idle_clients();
   return item;
+}
+
+std::int64_t Scheduler::effective_rank(std::size_t lane, TimePoint enqueued_at,
+                                       TimePoint now) const noexcept {
+  const Duration step = lanes_[lane].spec.age_step;
+  const auto rank = static_cast<std::int64_t>(lane);
+  if (step.count() <= 0 || now <= enqueued_at) return rank;
+  return std::max<std::int64_t>(0, rank - (now - enqueued_at) / step);
+}
+
+void Scheduler::heap_push(std::uint32_t slot, TimePoint deadline) {
+  nodes_[slot].deadline_kind = explicit_deadline;
+  nodes_[slot].dl_prev = static_cast<std::uint32_t>(heap_.size());
+  heap_.push_back({deadline, slot});
+  heap_up(heap_.size() - 1);
+}
+
+void Scheduler::dl_list_erase(std::uint32_t slot) {
+  const Node& n = nodes_[slot];
+  Lane& lane = lanes_[n.lane];
+  (n.dl_prev != npos ? nodes_[n.dl_prev].dl_next : lane.dl_head) = n.dl_next;
+  (n.dl_next != npos ? nodes_[n.dl_next].dl_prev : lane.dl_tail) = n.dl_prev;
 }
 
 std::int64_t Scheduler::grant(std::uint32_t client) const noexcept {
@@ -302,13 +316,7 @@ std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_
   const std::size_t natural = best;  // the best lane without aging
   if ((avail & aging_mask_) != 0) {
     // effective rank = rank - waited / age_step of the lane's oldest item; ties -> older wins
-    auto eff = [&](std::size_t r) -> std::int64_t {
-      const Lane& lane = lanes_[r];
-      if (lane.spec.age_step.count() <= 0) return static_cast<std::int64_t>(r);
-      const auto waited = now - nodes_[lane.head].enqueued_at;
-      const std::int64_t steps = waited.count() <= 0 ? 0 : waited / lane.spec.age_step;
-      return std::max<std::int64_t>(0, static_cast<std::int64_t>(r) - steps);
-    };
+    auto eff = [&](std::size_t r) { return effective_rank(r, nodes_[lanes_[r].head].enqueued_at, now); };
     std::int64_t best_eff = eff(best);
     for (std::uint64_t rest = avail & (avail - 1); rest != 0; rest &= rest - 1) {
       const auto r = static_cast<std::size_t>(std::countr_zero(rest));

@@ -102,6 +102,9 @@ class Scheduler {
 
   // Lane index for a priority value, or npos.
   std::uint32_t lane_index(int priority) const noexcept;
+  // A lane's rank (its index) improved by aging: one step per the lane's age_step waited since
+  // `enqueued_at`, never below 0. What pop() compares lanes by, for anyone ranking alike.
+  std::int64_t effective_rank(std::size_t lane, TimePoint enqueued_at, TimePoint now) const noexcept;
   std::size_t lane_count() const noexcept { return lanes_.size(); }
   const SchedulerLane& lane(std::size_t index) const { return lanes_[index].spec; }
 
@@ -180,7 +183,10 @@ class Scheduler {
   std::optional<Item> pop_masked(TimePoint now, std::uint64_t mask);
   std::uint32_t pop_round_robin(std::size_t lane);
   std::int64_t grant(std::uint32_t client) const noexcept;  // DRR units per turn
-  [[gnu::cold]] void skip_rounds(std::size_t lane);  // rare: off the hot path
+  // Only when costs exceed quantum x weight (then about once per pop): kept out of the common path.
+  [[gnu::cold]] void skip_rounds(std::size_t lane);
+  void heap_push(std::uint32_t slot, TimePoint deadline);  // an explicit deadline, O(log n)
+  void dl_list_erase(std::uint32_t slot);                   // out of its lane's deadline list
   std::uint32_t client_for(std::string_view name);
   Item unlink(std::uint32_t slot);
   void ring_insert(std::size_t lane, std::uint32_t client);
