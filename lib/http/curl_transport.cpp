@@ -96,8 +96,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
   void shutdown() {
     for (auto& [id, t] : transfers_) {
       curl_multi_remove_handle(multi_, t->easy);
-      t->response.error = "the transport was destroyed";
-      complete(std::move(t), asio::error::operation_aborted);
+      complete_destroyed(std::move(t));
     }
     transfers_.clear();
     if (multi_) curl_multi_cleanup(multi_);  // closes pooled connections via on_close_socket
@@ -140,10 +139,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
   // --- strand only from here ---
 
   void add(std::unique_ptr<curl_transfer> t) {
-    if (!multi_) {  // started just before the transport was destroyed
-      t->response.error = "the transport was destroyed";
-      return complete(std::move(t), asio::error::operation_aborted);
-    }
+    if (!multi_) return complete_destroyed(std::move(t));  // started just before shutdown()
     if (!setup(*t)) return complete(std::move(t), make_error_code(errc::network));
     const auto id = t->id;
     curl_transfer& ref = *t;
@@ -228,6 +224,11 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
       t.reset();  // the easy handle is already out of the multi handle
       done(ec, std::move(resp));
     });
+  }
+
+  void complete_destroyed(std::unique_ptr<curl_transfer> t) {
+    t->response.error = "the transport was destroyed";
+    complete(std::move(t), asio::error::operation_aborted);
   }
 
   void abort(std::uint64_t id) {
