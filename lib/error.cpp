@@ -52,6 +52,10 @@ class category final : public std::error_category {
       case errc::no_journal:
         return "no_journal: a durable request (SubmitOptions::durable, async_enqueue) or a result "
                "lookup needs a journal; set QueueConfig::journal to a file";
+      case errc::interrupted_too_often:
+        return "interrupted_too_often: the process ended (a crash, a kill) while this durable "
+               "request's call was in flight, in QueueConfig::max_interrupted_runs runs; it was "
+               "given up, as the request itself may be what ends the process";
     }
     return "laneq: unknown error " + std::to_string(ev);
   }

@@ -517,6 +517,18 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       metrics_.waiting(lane, op->client_ref);
       return finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::waiting);
     }
+    if (recovered && cfg_.max_interrupted_runs != 0 &&
+        op->durable->interrupted >= cfg_.max_interrupted_runs) {
+      // Its calls ended the process (or happened to be in flight when it ended) that often:
+      // running it again may end this run too. Given up, with its row, instead of a crash loop.
+      metrics_.waiting(lane, op->client_ref);
+      Response r;
+      r.error_message = "given up: in flight when " + std::to_string(op->durable->interrupted) +
+                        " runs ended (QueueConfig::max_interrupted_runs = " +
+                        std::to_string(cfg_.max_interrupted_runs) + ")";
+      return finish(op, errc::interrupted_too_often, Metrics::Outcome::failed,
+                    Metrics::From::waiting, std::move(r));
+    }
     if (stopping_) return reject(op, errc::shutting_down);
     if (op->options.durable && !journal_) return reject(op, errc::no_journal);
     // A recovered request was acknowledged in an earlier run: the per-client limit must not
@@ -681,6 +693,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       op->durable->row = rec.row;
       op->durable->recovered = true;
       op->durable->earlier_attempts = rec.attempts;  // this run retries afresh
+      op->durable->interrupted = rec.interrupted;
       op->submitted_at = std::min(now, to_steady(rec.enqueued_at));
       if (rec.deadline) op->deadline = to_steady(*rec.deadline);
       admit(op, now);

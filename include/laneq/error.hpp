@@ -31,6 +31,7 @@ enum class errc : int {
   journal,                // the journal could not be opened, read or written (the text says why)
   duplicate_id,           // a journal already holds a request with this id
   no_journal,             // a durable submit or result lookup on a queue without a journal
+  interrupted_too_often,  // recovered: its call was in flight when max_interrupted_runs runs ended
 };
 
 const std::error_category& error_category() noexcept;

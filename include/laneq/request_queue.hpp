@@ -91,6 +91,10 @@ struct QueueConfig {
   // once each, on the queue's executor, after their outcome is committed. Not called for one a
   // shutdown leaves pending: it runs again next time.
   std::function<void(std::string_view id, std::error_code, const Response&)> on_durable_result{};
+  // A recovered request whose call was in flight when this many runs ended (a crash, kill -9:
+  // JournalRecord::interrupted) is not called again: it fails with interrupted_too_often, since
+  // it may be what ends the process. 0 = no limit (it runs again after every restart).
+  std::uint32_t max_interrupted_runs = 3;
 };
 
 struct ShutdownOptions {

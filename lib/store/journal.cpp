@@ -98,7 +98,7 @@ int sync_level(JournalSync s) noexcept { return static_cast<int>(s); }  // OFF=0
 constexpr const char* record_columns =
     "row, id, state, priority, client, cost, timeout_ms, request, enqueued_at, deadline, "
     "attempts, lease_owner, lease_worker, lease_until, finished_at, error_category, error_value, "
-    "error_message, response";
+    "error_message, response, interrupted";
 
 // Reads one row of `SELECT record_columns ...`; throws nlohmann::json::exception on bad JSON.
 JournalRecord read_record(const Stmt& s) {
@@ -121,6 +121,7 @@ JournalRecord read_record(const Stmt& s) {
   r.error = restore_error(s.text(15), static_cast<int>(s.int64(16)));
   r.error_message = s.text(17);
   if (!s.is_null(18)) r.response = store::parse_response(s.text(18));
+  r.interrupted = static_cast<std::uint32_t>(s.int64(19));
   return r;
 }
 
@@ -294,8 +295,8 @@ void Journal::Impl::migrate(int from) {
 
 void Journal::Impl::recover() {
   // The exclusive lock is ours: whoever held an in_flight lease is gone, so the lease is void.
-  exec_or_fail("UPDATE requests SET state = 0, lease_owner = '', lease_worker = -1, "
-               "lease_until = NULL WHERE state = 1",
+  exec_or_fail("UPDATE requests SET state = 0, interrupted = interrupted + 1, lease_owner = '', "
+               "lease_worker = -1, lease_until = NULL WHERE state = 1",
                "recovery");
   const auto was_in_flight = static_cast<std::uint64_t>(sqlite3_changes(db.get()));
   Stmt s;

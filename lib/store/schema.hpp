@@ -37,6 +37,11 @@ ALTER TABLE requests ADD COLUMN lease_worker INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE requests ADD COLUMN lease_until INTEGER;
 CREATE INDEX requests_finished ON requests(finished_at) WHERE state >= 2;
 )sql",
+    // v3: how many runs ended while the row was in flight (open() counts them), so a request
+    // that ends the process every time it runs can be given up instead of run for ever.
+    R"sql(
+ALTER TABLE requests ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 inline constexpr int schema_version = static_cast<int>(std::size(migrations));

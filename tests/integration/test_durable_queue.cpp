@@ -548,6 +548,69 @@ TEST_CASE("a recovered request whose lane no longer exists fails with unknown_la
   CHECK(m.total.rejected == 0);
 }
 
+// Runs in a child process that dies the way a poison request kills its program: the first call
+// ends the process, once the journal has committed that the call started. `enqueue` (if any)
+// is admitted first, with one worker, so the first in it is the first called.
+void die_in_first_call(const std::string& path, const std::vector<std::string>& enqueue) {
+  REQUIRE(in_process_that_dies([&] {
+    asio::io_context io;
+    ManualProvider provider;
+    laneq::RequestQueue queue(io.get_executor(), provider,
+                              {.workers = 1, .journal = {.path = path}});
+    provider.on_call = [&] { queue.journal()->flush([](std::error_code ec) { die(!ec); }); };
+    for (const auto& id : enqueue)
+      queue.async_enqueue(request(id), {}, [](std::error_code ec, std::string) {
+        if (ec) die(false);
+      });
+    queue.start();
+    io.run();  // ends in die(), from the flush's callback
+  }));
+}
+
+TEST_CASE("a recovered request that ended the process in max_interrupted_runs runs is given up "
+          "with interrupted_too_often instead of crashing every later run; the others run",
+          "[durable][recovery][errors]") {
+  TempDir dir("laneq-durable");
+  const int limit = GENERATE(3, 0);  // the default, and no limit
+  const auto path = dir.file("q.db");
+  die_in_first_call(path, {"poison", "ok1", "ok2"});
+  die_in_first_call(path, {});  // recovered: the poison request runs first again
+  die_in_first_call(path, {});
+
+  laneq::QueueConfig config{.workers = 1, .journal = {.path = path}};
+  if (limit == 0) config.max_interrupted_runs = 0;
+  CHECK(config.max_interrupted_runs == static_cast<std::uint32_t>(limit));
+  DurableRun next(std::move(config));
+  CHECK(next.queue.journal()->stats().recovered_in_flight == 1);
+  next.drain();
+  const auto poison = next.row("poison");
+  REQUIRE(poison);
+  CHECK(poison->interrupted == 3);
+  CHECK(poison->attempts == (limit == 0 ? 4u : 3u));
+  for (const std::string id : {"ok1", "ok2"}) {
+    CHECK(next.row(id)->state == JournalState::succeeded);
+    CHECK(next.row(id)->interrupted == 0);  // pending when the runs ended, never in flight
+    CHECK_FALSE(next.reports.only(id).ec);
+  }
+  if (limit == 0) {  // no limit: it runs again, and this time its call returns
+    CHECK(next.provider.ids() == ids{"poison", "ok1", "ok2"});
+    CHECK(poison->state == JournalState::succeeded);
+    CHECK_FALSE(next.reports.only("poison").ec);
+    return;
+  }
+  CHECK(next.provider.ids() == ids{"ok1", "ok2"});  // never called again
+  CHECK(poison->state == JournalState::failed);
+  CHECK(poison->error == errc::interrupted_too_often);
+  CHECK(poison->error_message.find("3 runs") != std::string::npos);
+  const auto report = next.reports.only("poison");
+  CHECK(report.ec == errc::interrupted_too_often);
+  CHECK(report.response.error_message == poison->error_message);
+  const auto m = next.queue.metrics();
+  CHECK(m.total.submitted == 3);
+  CHECK(m.total.failed == 1);
+  CHECK(m.total.succeeded == 2);
+}
+
 TEST_CASE("an acknowledged durable request is never failed by the per-client limit - in the run "
           "that took it or in the next one",
           "[durable][recovery][limits]") {

@@ -57,6 +57,7 @@ struct durable_state {
   bool recovered = false;   // re-queued from the journal at start: nobody awaits it
   std::uint32_t earlier_attempts = 0;  // calls made before a restart (the journal counts all)
   std::uint32_t started_attempts = 0;  // calls started, all runs (as marked in the journal)
+  std::uint32_t interrupted = 0;       // earlier runs that ended with its call in flight
   // async_enqueue: the acknowledgement, sent once when the row is committed (or admission failed).
   unique_function<void(std::error_code, std::string)> ack{};
   std::error_code ec{};     // the outcome, held while the journal commits it

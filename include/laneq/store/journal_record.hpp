@@ -61,6 +61,9 @@ struct JournalRecord {
   std::chrono::system_clock::time_point enqueued_at{};
   std::optional<std::chrono::system_clock::time_point> deadline{};
   std::uint32_t attempts = 0;
+  // Runs that ended (a crash, kill -9) while it was in_flight, counted by Journal::open: a
+  // request that ends the process whenever it runs shows here (see max_interrupted_runs).
+  std::uint32_t interrupted = 0;
   // The last lease (mark_in_flight): meaningful while in_flight, kept afterwards for the record.
   std::string lease_owner{};              // Journal::owner() of the process that ran it
   int lease_worker = -1;
