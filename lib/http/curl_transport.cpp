@@ -209,6 +209,14 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     if (!cfg_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, cfg_.ca_file.c_str());
     if (!cfg_.proxy.empty()) curl_easy_setopt(e, CURLOPT_PROXY, cfg_.proxy.c_str());
     curl_easy_setopt(e, CURLOPT_USERAGENT, cfg_.user_agent.c_str());
+#if LIBCURL_VERSION_NUM >= 0x075700
+    // A transfer removed while its name lookup runs (cancelled, timed out, transport destroyed)
+    // would otherwise join curl's resolver thread, blocking the io_context until getaddrinfo
+    // returns (seconds, with a slow DNS server). With QUICK_EXIT the thread is detached and
+    // frees its own data when the lookup ends (asyn-thread.c); the only cost is at program
+    // exit, where a lookup still running is not waited for.
+    curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
+#endif
     return true;
   }
 
@@ -395,6 +403,17 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
       t->response.headers.clear();
       const auto sp = line.find(' ');
       t->current_status = sp == std::string_view::npos ? 0 : std::atoi(line.data() + sp + 1);
+      return size * n;
+    }
+    // obs-fold (RFC 9112 5.2): a line starting with a space or tab continues the previous
+    // header's value; curl 7.88 hands it over as a line of its own.
+    if ((line.starts_with(' ') || line.starts_with('\t')) && !t->response.headers.empty()) {
+      const auto more = trim(line);
+      if (!more.empty()) {
+        std::string& value = t->response.headers.back().second;
+        if (!value.empty()) value += ' ';
+        value += more;
+      }
       return size * n;
     }
     const auto colon = line.find(':');

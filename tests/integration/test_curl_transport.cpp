@@ -12,6 +12,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
+#include <asio/write.hpp>
 
 #include "laneq/laneq.hpp"
 #include "mock_api/mock_server_thread.hpp"
@@ -200,6 +201,52 @@ TEST_CASE("a transport destroyed with transfers in flight completes each of them
   io.restart();
   io.run();
   CHECK(got == std::vector<std::error_code>(2, make_error_code(asio::error::operation_aborted)));
+}
+
+TEST_CASE("a folded header line (obs-fold) continues the previous header's value - it is not "
+          "read as a header of its own",
+          "[transport]") {
+  // A server of one response, written by hand: folded headers are obsolete, so neither nginx
+  // nor the mock sends them, but old proxies still do.
+  asio::io_context server_io;
+  asio::ip::tcp::acceptor acceptor(server_io, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = acceptor.local_endpoint().port();
+  std::thread server([&] {
+    asio::ip::tcp::socket s(server_io);
+    acceptor.accept(s);
+    std::string got;
+    std::error_code ec;
+    while (got.find("\r\n\r\n") == std::string::npos && !ec) {
+      char buf[1024];
+      got.append(buf, s.read_some(asio::buffer(buf), ec));
+    }
+    const std::string body = R"({"ok":true})";
+    const std::string response =
+        "HTTP/1.1 200 OK\r\n"
+        "X-Note: first part\r\n"
+        " second: part\r\n"
+        "\tthird part\r\n"
+        "X-After: 1\r\n"
+        "Content-Length: " + std::to_string(body.size()) + "\r\n"
+        "Connection: close\r\n\r\n" + body;
+    asio::write(s, asio::buffer(response), ec);
+  });
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  auto fut = laneq::async_http(
+      transport, chat_post("http://127.0.0.1:" + std::to_string(port) + "/v1/chat/completions"),
+      asio::use_future);
+  io.run();
+  server.join();
+  const laneq::HttpResponse r = fut.get();
+  CHECK(r.status == 200);
+  CHECK(r.body == R"({"ok":true})");
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"X-Note", "first part second: part third part"}, {"X-After", "1"}};
+  std::vector<std::pair<std::string, std::string>> got;
+  for (const auto& [name, value] : r.headers)
+    if (name.starts_with("X-") || name == "second") got.emplace_back(name, value);
+  CHECK(got == want);
 }
 
 TEST_CASE("a body larger than max_response_bytes aborts its transfer with malformed_response",

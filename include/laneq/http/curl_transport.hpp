@@ -7,7 +7,8 @@
 // environment variables (https_proxy, no_proxy, ...) unless configured.
 //
 // Threads: none of its own. Name resolution uses curl's asynchronous resolver (Debian's
-// libcurl: a short-lived resolver thread per lookup, never a blocking call on the loop).
+// libcurl: a short-lived resolver thread per lookup, never a blocking call on the loop; a
+// transfer cancelled mid-lookup leaves that thread to finish alone instead of joining it).
 // Lifetime: destroy after the io_context stopped running; pending transfers then complete with
 // asio::error::operation_aborted when it runs again (or are destroyed with it). A body larger
 // than max_response_bytes completes with errc::malformed_response.
