@@ -47,7 +47,9 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
   const bool not_a_limit = is_laneq(ec, errc::quota_exceeded) || is_laneq(ec, errc::request_too_large);
   d.pause_all = !not_a_limit && (rate_limited || status == 529 || is_laneq(ec, errc::overloaded));
 
-  if (info.retry_after) {
+  // retry-after: 0 is no advice (an immediate retry would meet the same limit): like the
+  // official SDKs, which take it only when 0 < retry-after, back off instead.
+  if (info.retry_after && info.retry_after->count() > 0) {
     d.delay = *info.retry_after;
     d.from_server = true;
   } else if (rate_limited) {

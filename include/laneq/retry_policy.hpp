@@ -12,7 +12,7 @@
 //   5. without a status, connection failures (network) and provider timeouts are retried.
 // The queue's own deadline is checked before this (a request past it is never retried); an
 // errc::timeout reaching this function is the provider's (e.g. a connect timeout).
-// Delay: `retry-after-ms` / `retry-after` when the server sent one (up to max_retry_after;
+// Delay: `retry-after-ms` / `retry-after` when the server sent one above 0 (up to max_retry_after;
 // beyond it the request fails rather than hold a worker's place for minutes), else for a 429
 // the reset time of an exhausted rate-limit bucket, else exponential backoff with full jitter:
 // uniform [0, min(max_delay, base_delay * 2^(attempt-1))).

@@ -246,11 +246,18 @@ TEST_CASE("retry-after overrides the backoff and marks the delay as the server's
     CHECK(d.from_server);
     CHECK(d.delay == 2s);
   }
-  SECTION("zero means retry at once") {
+  SECTION("zero is no advice: back off (the official SDKs take it only when above 0)") {
     const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, with_retry_after(0s), 0.5);
     CHECK(d.retry);
-    CHECK(d.from_server);
-    CHECK(d.delay.count() == 0);
+    CHECK_FALSE(d.from_server);
+    CHECK(d.delay == 250ms);  // full jitter: 0.5 x 500 ms
+    // ... or the reset of the bucket the server reports as exhausted
+    RateLimitInfo info = with_retry_after(0s);
+    info.requests.remaining = 0;
+    info.requests.reset_after = 3s;
+    const RetryDecision r = decide_retry(policy, 1, err_for(429), 429, info, 0.5);
+    CHECK(r.from_server);
+    CHECK(r.delay == 3s);
   }
   SECTION("from the headers: retry-after seconds, retry-after-ms wins") {
     const RetryDecision a =
