@@ -135,10 +135,15 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   ++lane.count;
   nonempty_ |= std::uint64_t{1} << a.lane;
 
-  // client-in-lane FIFO; a newly active client joins the ring at the end of the round
+  // client-in-lane FIFO; a newly active client joins the round under way, at its end
   ClientLane& q = cl->lanes[a.lane];
+  const std::uint32_t old_head = q.head;
   insert_by_seq<&Node::cl_prev, &Node::cl_next>(slot, q.head, q.tail);
-  if (q.count++ == 0) ring_insert(a.lane, c);
+  if (q.count++ == 0) {
+    drr_join(a.lane, c);
+  } else if (q.head != old_head) {  // a requeue back in front of its client's queue
+    drr_head_changed(a.lane, c);
+  }
   ++cl->pending;
 
   // deadline
@@ -164,44 +169,6 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
 }
 
 
-void Scheduler::ring_insert(std::size_t l, std::uint32_t c) {
-  Lane& lane = lanes_[l];
-  ClientLane& q = clients_[c].lanes[l];
-  q.deficit = 0;
-  ++lane.ring_size;
-  if (lane.current == npos) {
-    q.ring_prev = q.ring_next = c;
-    lane.current = c;
-    lane.fresh_turn = true;
-    return;
-  }
-  // before current = last in the round
-  const std::uint32_t cur = lane.current;
-  const std::uint32_t prev = clients_[cur].lanes[l].ring_prev;
-  q.ring_prev = prev;
-  q.ring_next = cur;
-  clients_[prev].lanes[l].ring_next = c;
-  clients_[cur].lanes[l].ring_prev = c;
-}
-
-void Scheduler::ring_erase(std::size_t l, std::uint32_t c) {
-  Lane& lane = lanes_[l];
-  ClientLane& q = clients_[c].lanes[l];
-  q.deficit = 0;
-  --lane.ring_size;
-  if (q.ring_next == c) {
-    lane.current = npos;
-  } else {
-    clients_[q.ring_prev].lanes[l].ring_next = q.ring_next;
-    clients_[q.ring_next].lanes[l].ring_prev = q.ring_prev;
-    if (lane.current == c) {
-      lane.current = q.ring_next;
-      lane.fresh_turn = true;
-    }
-  }
-  q.ring_prev = q.ring_next = npos;
-}
-
 Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
   Node& n = nodes_[slot];
   Lane& lane = lanes_[n.lane];
@@ -214,9 +181,14 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
 
   Client& cl = clients_[n.client];
   ClientLane& q = cl.lanes[n.lane];
+  const bool was_head = q.head == slot;
   if (n.cl_prev != npos) nodes_[n.cl_prev].cl_next = n.cl_next; else q.head = n.cl_next;
   if (n.cl_next != npos) nodes_[n.cl_next].cl_prev = n.cl_prev; else q.tail = n.cl_prev;
-  if (--q.count == 0) ring_erase(n.lane, n.client);
+  if (--q.count == 0) {
+    drr_leave(n.lane, n.client);
+  } else if (was_head) {
+    drr_head_changed(n.lane, n.client);
+  }
   if (--cl.pending == 0) ++idle_clients_;
 
   if (n.deadline_kind == lane_deadline) {
@@ -266,47 +238,257 @@ std::int64_t Scheduler::grant(std::uint32_t client) const noexcept {
       std::min(std::uint64_t{cfg_.quantum} * clients_[client].weight, max_grant));
 }
 
-std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
-  Lane& lane = lanes_[l];
-  std::uint32_t turns = 0;  // turned over in this pop, nobody served
-  for (;;) {
-    const std::uint32_t c = lane.current;
-    ClientLane& q = clients_[c].lanes[l];
-    if (lane.fresh_turn) {
-      q.deficit += grant(c);
-      lane.fresh_turn = false;
-    }
-    const std::uint32_t head = q.head;
-    if (nodes_[head].cost <= q.deficit) {
-      q.deficit -= nodes_[head].cost;
-      return head;
-    }
-    lane.current = q.ring_next;  // turn over; the deficit carries to its next turn
-    lane.fresh_turn = true;
-    if (++turns == lane.ring_size) skip_rounds(l);
-  }
+// --- deficit round-robin inside a lane ------------------------------------------------------
+//
+// Turn by turn, DRR visits the lane's clients in rounds (in ring_seq order, the order they
+// became active); a visit grants quantum x weight and serves the client while its deficit pays
+// for its head. Here the visits in which a client cannot pay are never made: each waiting
+// client sits where its next paying turn is (round, ring_seq), and grants are added lazily, all
+// a client got since its last turn at once. The order is exactly turn by turn's.
+
+// A waiting client's next turn: in this round if its place in the round is still ahead.
+std::int64_t Scheduler::drr_next_turn(const Lane& lane, const ClientLane& q) const noexcept {
+  return q.ring_seq > lane.current_seq ? lane.round : lane.round + 1;
 }
 
-// A whole round in which no client could pay for its head (costs above quantum x weight): the
-// rounds until the first one can are granted at once, instead of turn by turn (which, with
-// costs in tokens and quantum 1, would be millions of turns). Same order as turn by turn.
-void Scheduler::skip_rounds(std::size_t l) {
+void Scheduler::drr_join(std::size_t l, std::uint32_t c) {
+  Lane& lane = lanes_[l];
+  ClientLane& q = clients_[c].lanes[l];
+  if (lane.active++ == 0) {  // nothing refers to the old rounds: start afresh (no overflow)
+    lane.round = 0;
+    lane.current_seq = 0;
+    lane.next_ring_seq = 1;
+  }
+  q.ring_seq = lane.next_ring_seq++;  // after every other client: last in this round
+  q.round = lane.round - 1;           // as if its last turn had been in the round before
+  q.deficit = 0;
+  drr_place(l, c, q.round + drr_turns_to_pay(c, q));
+}
+
+void Scheduler::drr_leave(std::size_t l, std::uint32_t c) {
+  Lane& lane = lanes_[l];
+  ClientLane& q = clients_[c].lanes[l];
+  if (q.place == Place::current) {  // the usual case: its last request was just taken
+    lane.current = npos;
+    q.place = Place::none;
+  } else {
+    drr_unplace(l, c);
+  }
+  q.deficit = 0;  // an emptied client's deficit is forgotten (DRR)
+  --lane.active;
+}
+
+void Scheduler::drr_head_changed(std::size_t l, std::uint32_t c) {
+  // The current client's turn goes on until a pop finds it cannot pay (its head may change
+  // again before then: a retry put back in front, a removal).
+  if (clients_[c].lanes[l].place == Place::current) return;
+  drr_unplace(l, c);
+  drr_wait(l, c);
+}
+
+// Turns after its turn of q.round until its deficit pays for its head (no division in the usual
+// case: one turn pays).
+std::int64_t Scheduler::drr_turns_to_pay(std::uint32_t c, const ClientLane& q) const noexcept {
+  const std::int64_t g = grant(c);
+  const std::int64_t need = std::int64_t{nodes_[q.head].cost} - q.deficit;
+  return need <= g ? 1 : (need + g - 1) / g;
+}
+
+// The first round in which a waiting client's deficit pays for its head.
+std::int64_t Scheduler::drr_paying_round(const Lane& lane, std::uint32_t c,
+                                         const ClientLane& q) const noexcept {
+  return std::max(drr_next_turn(lane, q), q.round + drr_turns_to_pay(c, q));
+}
+
+void Scheduler::drr_wait(std::size_t l, std::uint32_t c) {
+  drr_place(l, c, drr_paying_round(lanes_[l], c, clients_[c].lanes[l]));
+}
+
+// Waits for its paying round `at`: in a list when that is this round or the next and it comes
+// last in it (the usual case), else in the heap.
+void Scheduler::drr_place(std::size_t l, std::uint32_t c, std::int64_t at) {
+  Lane& lane = lanes_[l];
+  ClientLane& q = clients_[c].lanes[l];
+  if (at - lane.round <= 1) {
+    const auto parity = static_cast<std::size_t>(at & 1);
+    ClientList& list = lane.lists[parity];
+    if (list.tail == npos || list.tail_seq < q.ring_seq) {
+      q.prev = list.tail;
+      q.next = npos;
+      (list.tail == npos ? list.head : clients_[list.tail].lanes[l].next) = c;
+      list.tail = c;
+      list.tail_seq = q.ring_seq;
+      q.place = parity == 0 ? Place::list0 : Place::list1;
+      return;
+    }
+  }
+  drr_place_later(l, c, at);
+}
+
+void Scheduler::drr_place_later(std::size_t l, std::uint32_t c, std::int64_t at) {
+  ClientLane& q = clients_[c].lanes[l];
+  q.place = Place::heap;
+  lanes_[l].later.push_back({at, q.ring_seq, c});
+  later_up(l, lanes_[l].later.size() - 1);
+}
+
+void Scheduler::drr_unplace(std::size_t l, std::uint32_t c) {
+  Lane& lane = lanes_[l];
+  ClientLane& q = clients_[c].lanes[l];
+  switch (q.place) {
+    case Place::none: break;
+    case Place::current: lane.current = npos; break;
+    case Place::list0:
+    case Place::list1: {
+      ClientList& list = lane.lists[q.place == Place::list0 ? 0 : 1];
+      (q.prev == npos ? list.head : clients_[q.prev].lanes[l].next) = q.next;
+      if (q.next != npos) {
+        clients_[q.next].lanes[l].prev = q.prev;
+      } else {
+        list.tail = q.prev;
+        if (q.prev != npos) list.tail_seq = clients_[q.prev].lanes[l].ring_seq;
+      }
+      break;
+    }
+    case Place::heap: {
+      const std::size_t pos = q.prev;
+      const TurnEntry last = lane.later.back();
+      lane.later.pop_back();
+      if (pos < lane.later.size()) {  // the last entry fills the hole, up or down from it
+        later_set(l, pos, last);
+        later_up(l, pos);
+        if (clients_[last.client].lanes[l].prev == pos) later_down(l, pos);
+      }
+      break;
+    }
+  }
+  q.place = Place::none;
+  q.prev = q.next = npos;
+}
+
+// The client a pop serves: the current one while it can pay, else the first by (round,
+// ring_seq) among the lists' fronts, the heap's top and the current one once its turn is over.
+// The lane has at least one client.
+std::uint32_t Scheduler::drr_next_client(std::size_t l) const noexcept {
   const Lane& lane = lanes_[l];
-  std::int64_t rounds = std::numeric_limits<std::int64_t>::max();  // until the first can pay
-  std::uint32_t c = lane.current;
-  do {
-    const ClientLane& q = clients_[c].lanes[l];
-    const std::int64_t need = std::int64_t{nodes_[q.head].cost} - q.deficit;  // > 0 here
-    const std::int64_t g = grant(c);
-    rounds = std::min(rounds, (need + g - 1) / g);
-    c = q.ring_next;
-  } while (c != lane.current);
-  if (rounds <= 1) return;
-  do {  // (rounds - 1) x grant < need <= 2^32 for the client that decided it; less for others
+  std::uint32_t best = npos;
+  std::int64_t round = 0;
+  std::uint64_t seq = 0;
+  const auto consider = [&](std::uint32_t c, std::int64_t r, std::uint64_t s) {
+    if (best == npos || r < round || (r == round && s < seq)) {
+      best = c;
+      round = r;
+      seq = s;
+    }
+  };
+  if (lane.current != npos) {
+    const ClientLane& q = clients_[lane.current].lanes[l];
+    if (nodes_[q.head].cost <= q.deficit) return lane.current;
+  }
+  // The usual case: the next in this round (a current client that cannot pay pays later).
+  if (const std::uint32_t c = lane.lists[static_cast<std::size_t>(lane.round & 1)].head;
+      c != npos && lane.later.empty())
+    return c;
+  if (lane.current != npos) {
+    const ClientLane& q = clients_[lane.current].lanes[l];
+    consider(lane.current, drr_paying_round(lane, lane.current, q), q.ring_seq);
+  }
+  for (std::int64_t r = lane.round; r <= lane.round + 1; ++r)
+    if (const std::uint32_t c = lane.lists[static_cast<std::size_t>(r & 1)].head; c != npos) {
+      consider(c, r, clients_[c].lanes[l].ring_seq);
+      break;
+    }
+  if (!lane.later.empty()) consider(lane.later.front().client, lane.later.front().round,
+                                    lane.later.front().seq);
+  return best;
+}
+
+std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
+  Lane& lane = lanes_[l];
+  if (const std::uint32_t c = lane.current; c != npos) {
     ClientLane& q = clients_[c].lanes[l];
-    q.deficit += (rounds - 1) * grant(c);
-    c = q.ring_next;
-  } while (c != lane.current);
+    if (nodes_[q.head].cost <= q.deficit) {  // its turn goes on
+      q.deficit -= nodes_[q.head].cost;
+      return q.head;
+    }
+    lane.current = npos;  // its turn is over; the round goes on after its place
+    q.place = Place::none;
+    drr_place(l, c, q.round + drr_turns_to_pay(c, q));  // q.round is this round
+  }
+  // The next client's turn comes: in this round, the next (the lists swap roles by parity), or
+  // later (the lists are empty then). The grants of the turns it could not pay in come at once.
+  std::uint32_t c;
+  std::int64_t at;
+  ClientList* first = &lane.lists[static_cast<std::size_t>(lane.round & 1)];
+  at = lane.round;
+  if (first->head == npos) {  // this round is over: the next one's first
+    first = &lane.lists[static_cast<std::size_t>((lane.round + 1) & 1)];
+    ++at;
+  }
+  if (first->head != npos && lane.later.empty()) {  // the usual case: a list's first
+    c = first->head;
+    ClientLane& q = clients_[c].lanes[l];
+    first->head = q.next;
+    (q.next == npos ? first->tail : clients_[q.next].lanes[l].prev) = npos;
+    q.place = Place::none;
+    q.next = npos;
+  } else {
+    c = drr_next_client(l);
+    const ClientLane& q = clients_[c].lanes[l];
+    at = q.place == Place::heap ? lane.later.front().round
+         : (q.place == Place::list0) == (lane.round % 2 == 0) ? lane.round
+                                                            : lane.round + 1;
+    drr_unplace(l, c);
+  }
+  ClientLane& q = clients_[c].lanes[l];
+  lane.round = at;
+  lane.current = c;
+  lane.current_seq = q.ring_seq;
+  q.place = Place::current;
+  q.deficit += (at - q.round) * grant(c) - nodes_[q.head].cost;  // (at - q.round - 1) x grant
+  q.round = at;                                                    // < cost <= 2^32: no overflow
+  return q.head;
+}
+
+// --- the heap of clients that can pay only in a later round, min on (round, ring_seq) ---------
+
+namespace {
+bool turn_before(std::int64_t r1, std::uint64_t s1, std::int64_t r2, std::uint64_t s2) {
+  return r1 != r2 ? r1 < r2 : s1 < s2;
+}
+}  // namespace
+
+void Scheduler::later_set(std::size_t l, std::size_t pos, TurnEntry e) {
+  lanes_[l].later[pos] = e;
+  clients_[e.client].lanes[l].prev = static_cast<std::uint32_t>(pos);
+}
+
+void Scheduler::later_up(std::size_t l, std::size_t pos) {
+  auto& h = lanes_[l].later;
+  const TurnEntry e = h[pos];
+  while (pos > 0) {
+    const std::size_t parent = (pos - 1) / 2;
+    if (!turn_before(e.round, e.seq, h[parent].round, h[parent].seq)) break;
+    later_set(l, pos, h[parent]);
+    pos = parent;
+  }
+  later_set(l, pos, e);
+}
+
+void Scheduler::later_down(std::size_t l, std::size_t pos) {
+  auto& h = lanes_[l].later;
+  const TurnEntry e = h[pos];
+  for (;;) {
+    std::size_t child = 2 * pos + 1;
+    if (child >= h.size()) break;
+    if (child + 1 < h.size() &&
+        turn_before(h[child + 1].round, h[child + 1].seq, h[child].round, h[child].seq))
+      ++child;
+    if (!turn_before(h[child].round, h[child].seq, e.round, e.seq)) break;
+    later_set(l, pos, h[child]);
+    pos = child;
+  }
+  later_set(l, pos, e);
 }
 
 std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_t mask) {
@@ -340,11 +522,7 @@ std::optional<Scheduler::Item> Scheduler::pop(TimePoint now) { return pop_masked
 std::uint64_t Scheduler::next_payload_hint() const noexcept {
   if (nonempty_ == 0) return 0;
   const auto l = static_cast<std::size_t>(std::countr_zero(nonempty_));
-  const Lane& lane = lanes_[l];
-  std::uint32_t c = lane.current;
-  const ClientLane& q = clients_[c].lanes[l];
-  if (!lane.fresh_turn && nodes_[q.head].cost > q.deficit) c = q.ring_next;  // its turn is over
-  return nodes_[clients_[c].lanes[l].head].payload;
+  return nodes_[clients_[drr_next_client(l)].lanes[l].head].payload;
 }
 
 std::optional<Scheduler::Item> Scheduler::pop_reserved(TimePoint now) {
@@ -399,7 +577,24 @@ void Scheduler::set_client_weight(std::string_view client, std::uint32_t weight)
   weight = std::max<std::uint32_t>(1, weight);
   weights_[std::string(client)] = weight;
   auto it = clients_by_name_.find(client);
-  if (it != clients_by_name_.end()) clients_[it->second].weight = weight;
+  if (it == clients_by_name_.end()) return;
+  const std::uint32_t c = it->second;
+  // From its next turn: where it waits, the turns it had so far were granted at the old
+  // weight (made explicit here), those to come at the new one. A current turn keeps its grant.
+  std::vector<std::size_t> waiting;
+  for (std::size_t l = 0; l < lanes_.size(); ++l) {
+    ClientLane& q = clients_[c].lanes[l];
+    if (q.count == 0 || q.place == Place::current) continue;
+    const std::int64_t last = drr_next_turn(lanes_[l], q) - 1;
+    if (last > q.round) {
+      q.deficit += (last - q.round) * grant(c);  // fewer turns than it needed: < its head's cost
+      q.round = last;
+    }
+    drr_unplace(l, c);
+    waiting.push_back(l);
+  }
+  clients_[c].weight = weight;
+  for (std::size_t l : waiting) drr_wait(l, c);
 }
 
 std::size_t Scheduler::client_size(std::string_view client) const {

@@ -6,6 +6,8 @@
 //   1. lanes: lower rank (= lower priority value) first; with aging, a request's effective rank
 //      improves one step per its lane's `age_step` waited; equal effective rank -> older first;
 //   2. inside a lane: clients in (deficit) round-robin, `weight` x `quantum` cost units per turn;
+//      a round visits a lane's clients in the order they became active, and a client that
+//      becomes active joins the round under way (at its end);
 //   3. inside a client and lane: FIFO.
 // A request promoted by aging past a better lane is taken from the head of its lane (the oldest
 // one, which earned it); the lane that is served anyway keeps its clients' turns.
@@ -14,12 +16,14 @@
 //   push            O(1) amortized (+ O(log n) when the item has an explicit deadline, or a
 //                   lane-default one out of arrival order, see below);
 //                   a requeue (PushArgs::seq) walks from the head to its place: O(older items)
-//   pop             O(L) when quantum*weight >= cost; otherwise O(L + c) at worst (a round in
-//                   which no client can pay for its head is followed by skipping, in one pass,
-//                   every round until one can)
-//   remove(id)      O(1) (+ O(log n) for heap-held deadlines)
+//   pop             O(L) when every client can pay for its head at its next turn (costs <=
+//                   quantum*weight); otherwise O(L + log c): a client that needs several turns
+//                   to pay waits in a heap keyed by the round in which it can, so rounds in
+//                   which it could not are never walked through
+//   remove(id)      O(1) (+ O(log n) for heap-held deadlines, + O(log c) when it changes the
+//                   head of a client that waits in the heap)
 //   pop_expired     O(L + log n) per expired item; next_deadline O(L)
-//   next_payload_hint  O(1) (a hint for prefetching: aging and deficits aside)
+//   next_payload_hint  O(1) (what pop returns next, aging aside)
 //   pop and remove are amortized: every 4096 idle clients (no request queued), one O(c) sweep
 //   forgets them.
 // Lane-default deadlines follow arrival order within a lane, so they need no heap: only
@@ -112,8 +116,8 @@ class Scheduler {
 
   // Best item for any worker / for a reserved worker (reserved lanes only), or nullopt.
   std::optional<Item> pop(TimePoint now);
-  // The payload pop() would most likely return next (the best lane's current client's oldest;
-  // aging and deficits aside), or 0 when empty: a hint, e.g. to prefetch. O(1).
+  // The payload pop() returns next unless aging promotes a request (then it is a hint, e.g. to
+  // prefetch), or 0 when empty. O(1).
   std::uint64_t next_payload_hint() const noexcept;
   std::optional<Item> pop_reserved(TimePoint now);
   bool has_reserved_work() const noexcept { return (nonempty_ & reserved_mask_) != 0; }
@@ -158,11 +162,29 @@ class Scheduler {
     TimePoint deadline;
     std::uint32_t slot;
   };
+  // DRR, kept lazily: a client's deficit is `deficit` after its turn of round `round`; every
+  // later round grants it quantum x weight. It waits for its next paying turn in one of its
+  // lane's places (Lane): a list (it can pay in this / the next round), or the heap.
+  // The two lists are indexed by round parity (list0: even rounds), so when a round ends, `next`
+  // becomes `now` without touching its clients.
+  enum class Place : std::uint8_t { none, current, list0, list1, heap };
   struct ClientLane {
     std::uint32_t head = npos, tail = npos;
     std::uint32_t count = 0;
-    std::uint32_t ring_prev = npos, ring_next = npos;
+    Place place = Place::none;
+    std::uint32_t prev = npos, next = npos;  // in `now` / `next`; heap position in `prev`
+    std::uint64_t ring_seq = 0;              // when it became active: its place in a round
+    std::int64_t round = 0;
     std::int64_t deficit = 0;
+  };
+  struct ClientList {  // clients in ring_seq order, appended at the tail
+    std::uint32_t head = npos, tail = npos;
+    std::uint64_t tail_seq = 0;  // the tail's ring_seq (read on every append)
+  };
+  struct TurnEntry {  // a client that can pay in round `round` (the heap's key: round, seq)
+    std::int64_t round;
+    std::uint64_t seq;
+    std::uint32_t client;
   };
   struct Client {
     std::string name;
@@ -174,25 +196,44 @@ class Scheduler {
     SchedulerLane spec;
     std::uint32_t head = npos, tail = npos;        // all items, seq order
     std::uint32_t dl_head = npos, dl_tail = npos;  // lane-default deadline items
-    std::uint32_t current = npos;                  // client whose turn it is
-    std::uint32_t ring_size = 0;                   // clients in the round
-    bool fresh_turn = true;                        // current has not yet got its quantum
     std::size_t count = 0;
+    // DRR: round `round` is under way; `current` is having its turn (npos: between turns),
+    // after the client of ring_seq `current_seq`.
+    std::uint32_t current = npos;
+    std::uint64_t current_seq = 0;
+    std::int64_t round = 0;
+    std::uint64_t next_ring_seq = 1;
+    std::uint32_t active = 0;                      // clients with items in the lane
+    ClientList lists[2]{};                         // can pay in a round of that parity: this
+                                                   // round or the next, in ring_seq order
+    std::vector<TurnEntry> later{};                // any other: a min-heap on (round, seq)
   };
 
   std::optional<Item> pop_masked(TimePoint now, std::uint64_t mask);
   std::uint32_t pop_round_robin(std::size_t lane);
   std::int64_t grant(std::uint32_t client) const noexcept;  // DRR units per turn
-  // Only when costs exceed quantum x weight (then about once per pop): kept out of the common path.
-  [[gnu::cold]] void skip_rounds(std::size_t lane);
+  // DRR places (see ClientLane): a client's turn ends or its head changed; it waits again.
+  void drr_join(std::size_t lane, std::uint32_t client);
+  void drr_leave(std::size_t lane, std::uint32_t client);
+  void drr_head_changed(std::size_t lane, std::uint32_t client);
+  void drr_wait(std::size_t lane, std::uint32_t client);   // placed by its paying round
+  void drr_place(std::size_t lane, std::uint32_t client, std::int64_t round);
+  [[gnu::noinline]] void drr_place_later(std::size_t lane, std::uint32_t client, std::int64_t round);
+  std::int64_t drr_turns_to_pay(std::uint32_t client, const ClientLane& q) const noexcept;
+  void drr_unplace(std::size_t lane, std::uint32_t client);
+  std::int64_t drr_next_turn(const Lane& lane, const ClientLane& q) const noexcept;
+  std::int64_t drr_paying_round(const Lane& lane, std::uint32_t client,
+                                const ClientLane& q) const noexcept;
+  std::uint32_t drr_next_client(std::size_t lane) const noexcept;  // who pays next (no change)
+  void later_set(std::size_t lane, std::size_t pos, TurnEntry e);
+  void later_up(std::size_t lane, std::size_t pos);
+  void later_down(std::size_t lane, std::size_t pos);
   void heap_push(std::uint32_t slot, TimePoint deadline);  // an explicit deadline, O(log n)
   void dl_list_erase(std::uint32_t slot);                   // out of its lane's deadline list
   std::uint32_t client_for(std::string_view name);
   Item unlink(std::uint32_t slot);
-  void ring_insert(std::size_t lane, std::uint32_t client);
   template <std::uint32_t Node::*prev, std::uint32_t Node::*next>
   void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail);
-  void ring_erase(std::size_t lane, std::uint32_t client);
   TimePoint deadline_of(std::uint32_t slot) const noexcept;  // max() when it has none
   void heap_set(std::size_t pos, HeapEntry e);  // heap_[pos] = e, pos kept in its node's dl_prev
   void heap_up(std::size_t pos);
