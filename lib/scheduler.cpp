@@ -70,6 +70,8 @@ std::uint32_t Scheduler::client_for(std::string_view name) {
   return id;
 }
 
+// A forgotten client starts afresh: one that had its turn in the round under way and comes back
+// gets a turn in it again (drr_join) - at most once per sweep, i.e. per 4,096 idle clients.
 void Scheduler::collect_idle_clients() {
   recent_clients_.clear();  // it points at names erased here
   for (auto it = clients_by_name_.begin(); it != clients_by_name_.end();) {
@@ -246,21 +248,21 @@ std::int64_t Scheduler::grant(std::uint32_t client) const noexcept {
 // client sits where its next paying turn is (round, ring_seq), and grants are added lazily, all
 // a client got since its last turn at once. The order is exactly turn by turn's.
 
-// A waiting client's next turn: in this round if its place in the round is still ahead.
-std::int64_t Scheduler::drr_next_turn(const Lane& lane, const ClientLane& q) const noexcept {
-  return q.ring_seq > lane.current_seq ? lane.round : lane.round + 1;
+// A waiting client's next turn: in this round if its place in the round is still ahead (and
+// its last turn was not in this round), else in the next.
+Scheduler::Round Scheduler::drr_next_turn(const Lane& lane, const ClientLane& q) const noexcept {
+  return q.ring_seq > lane.current_seq && q.round != lane.round ? lane.round : lane.round + 1;
 }
 
 void Scheduler::drr_join(std::size_t l, std::uint32_t c) {
   Lane& lane = lanes_[l];
   ClientLane& q = clients_[c].lanes[l];
-  if (lane.active++ == 0) {  // nothing refers to the old rounds: start afresh (no overflow)
-    lane.round = 0;
-    lane.current_seq = 0;
-    lane.next_ring_seq = 1;
-  }
-  q.ring_seq = lane.next_ring_seq++;  // after every other client: last in this round
-  q.round = lane.round - 1;           // as if its last turn had been in the round before
+  ++lane.active;
+  // Last in the round under way - unless it had its turn in it already (it emptied and came
+  // back, e.g. a caller that submits its next request as soon as one is taken, or a retry): a
+  // second turn in one round would let it go ahead of everyone, again and again.
+  q.ring_seq = lane.next_ring_seq++;
+  if (q.round != lane.round) q.round = lane.round - 1;  // as if its last turn were the round before
   q.deficit = 0;
   drr_place(l, c, q.round + drr_turns_to_pay(c, q));
 }
@@ -272,6 +274,7 @@ void Scheduler::drr_leave(std::size_t l, std::uint32_t c) {
     lane.current = npos;
     q.place = Place::none;
   } else {
+    q.round = drr_next_turn(lane, q) - 1;  // its last turn, made explicit (drr_join reads it)
     drr_unplace(l, c);
   }
   q.deficit = 0;  // an emptied client's deficit is forgotten (DRR)
@@ -295,9 +298,11 @@ std::int64_t Scheduler::drr_turns_to_pay(std::uint32_t c, const ClientLane& q) c
 }
 
 // The first round in which a waiting client's deficit pays for its head.
-std::int64_t Scheduler::drr_paying_round(const Lane& lane, std::uint32_t c,
-                                         const ClientLane& q) const noexcept {
-  return std::max(drr_next_turn(lane, q), q.round + drr_turns_to_pay(c, q));
+Scheduler::Round Scheduler::drr_paying_round(const Lane& lane, std::uint32_t c,
+                                             const ClientLane& q) const noexcept {
+  const Round next = drr_next_turn(lane, q);
+  const Round paying = q.round + static_cast<Round>(drr_turns_to_pay(c, q));
+  return round_before(paying, next) ? next : paying;
 }
 
 void Scheduler::drr_wait(std::size_t l, std::uint32_t c) {
@@ -306,10 +311,10 @@ void Scheduler::drr_wait(std::size_t l, std::uint32_t c) {
 
 // Waits for its paying round `at`: in a list when that is this round or the next and it comes
 // last in it (the usual case), else in the heap.
-void Scheduler::drr_place(std::size_t l, std::uint32_t c, std::int64_t at) {
+void Scheduler::drr_place(std::size_t l, std::uint32_t c, Round at) {
   Lane& lane = lanes_[l];
   ClientLane& q = clients_[c].lanes[l];
-  if (at - lane.round <= 1) {
+  if (at - lane.round <= 1) {  // at is never before lane.round
     const auto parity = static_cast<std::size_t>(at & 1);
     ClientList& list = lane.lists[parity];
     if (list.tail == npos || list.tail_seq < q.ring_seq) {
@@ -325,7 +330,7 @@ void Scheduler::drr_place(std::size_t l, std::uint32_t c, std::int64_t at) {
   drr_place_later(l, c, at);
 }
 
-void Scheduler::drr_place_later(std::size_t l, std::uint32_t c, std::int64_t at) {
+void Scheduler::drr_place_later(std::size_t l, std::uint32_t c, Round at) {
   ClientLane& q = clients_[c].lanes[l];
   q.place = Place::heap;
   lanes_[l].later.push_back({at, q.ring_seq, c});
@@ -372,10 +377,10 @@ void Scheduler::drr_unplace(std::size_t l, std::uint32_t c) {
 std::uint32_t Scheduler::drr_next_client(std::size_t l) const noexcept {
   const Lane& lane = lanes_[l];
   std::uint32_t best = npos;
-  std::int64_t round = 0;
+  Round round = 0;
   std::uint64_t seq = 0;
-  const auto consider = [&](std::uint32_t c, std::int64_t r, std::uint64_t s) {
-    if (best == npos || r < round || (r == round && s < seq)) {
+  const auto consider = [&](std::uint32_t c, Round r, std::uint64_t s) {
+    if (best == npos || round_before(r, round) || (r == round && s < seq)) {
       best = c;
       round = r;
       seq = s;
@@ -393,7 +398,7 @@ std::uint32_t Scheduler::drr_next_client(std::size_t l) const noexcept {
     const ClientLane& q = clients_[lane.current].lanes[l];
     consider(lane.current, drr_paying_round(lane, lane.current, q), q.ring_seq);
   }
-  for (std::int64_t r = lane.round; r <= lane.round + 1; ++r)
+  for (const Round r : {lane.round, lane.round + 1})
     if (const std::uint32_t c = lane.lists[static_cast<std::size_t>(r & 1)].head; c != npos) {
       consider(c, r, clients_[c].lanes[l].ring_seq);
       break;
@@ -418,7 +423,7 @@ std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
   // The next client's turn comes: in this round, the next (the lists swap roles by parity), or
   // later (the lists are empty then). The grants of the turns it could not pay in come at once.
   std::uint32_t c;
-  std::int64_t at;
+  Round at;
   ClientList* first = &lane.lists[static_cast<std::size_t>(lane.round & 1)];
   at = lane.round;
   if (first->head == npos) {  // this round is over: the next one's first
@@ -436,8 +441,8 @@ std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
     c = drr_next_client(l);
     const ClientLane& q = clients_[c].lanes[l];
     at = q.place == Place::heap ? lane.later.front().round
-         : (q.place == Place::list0) == (lane.round % 2 == 0) ? lane.round
-                                                            : lane.round + 1;
+         : (q.place == Place::list0) == ((lane.round & 1) == 0) ? lane.round
+                                                              : lane.round + 1;
     drr_unplace(l, c);
   }
   ClientLane& q = clients_[c].lanes[l];
@@ -445,16 +450,17 @@ std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
   lane.current = c;
   lane.current_seq = q.ring_seq;
   q.place = Place::current;
-  q.deficit += (at - q.round) * grant(c) - nodes_[q.head].cost;  // (at - q.round - 1) x grant
-  q.round = at;                                                    // < cost <= 2^32: no overflow
+  // (at - q.round - 1) x grant < cost <= 2^32: no overflow
+  q.deficit += static_cast<std::int64_t>(at - q.round) * grant(c) - nodes_[q.head].cost;
+  q.round = at;
   return q.head;
 }
 
 // --- the heap of clients that can pay only in a later round, min on (round, ring_seq) ---------
 
 namespace {
-bool turn_before(std::int64_t r1, std::uint64_t s1, std::int64_t r2, std::uint64_t s2) {
-  return r1 != r2 ? r1 < r2 : s1 < s2;
+bool turn_before(std::uint64_t r1, std::uint64_t s1, std::uint64_t r2, std::uint64_t s2) {
+  return r1 != r2 ? static_cast<std::int64_t>(r1 - r2) < 0 : s1 < s2;
 }
 }  // namespace
 
@@ -585,9 +591,9 @@ void Scheduler::set_client_weight(std::string_view client, std::uint32_t weight)
   for (std::size_t l = 0; l < lanes_.size(); ++l) {
     ClientLane& q = clients_[c].lanes[l];
     if (q.count == 0 || q.place == Place::current) continue;
-    const std::int64_t last = drr_next_turn(lanes_[l], q) - 1;
-    if (last > q.round) {
-      q.deficit += (last - q.round) * grant(c);  // fewer turns than it needed: < its head's cost
+    const Round last = drr_next_turn(lanes_[l], q) - 1;
+    if (round_before(q.round, last)) {  // fewer turns than it needed: < its head's cost
+      q.deficit += static_cast<std::int64_t>(last - q.round) * grant(c);
       q.round = last;
     }
     drr_unplace(l, c);

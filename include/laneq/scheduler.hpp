@@ -6,8 +6,9 @@
 //   1. lanes: lower rank (= lower priority value) first; with aging, a request's effective rank
 //      improves one step per its lane's `age_step` waited; equal effective rank -> older first;
 //   2. inside a lane: clients in (deficit) round-robin, `weight` x `quantum` cost units per turn;
-//      a round visits a lane's clients in the order they became active, and a client that
-//      becomes active joins the round under way (at its end);
+//      a round visits a lane's clients in the order they became active; a client that becomes
+//      active joins the round under way at its end, or, if it had its turn in that round
+//      already (it emptied and came back), the next round;
 //   3. inside a client and lane: FIFO.
 // A request promoted by aging past a better lane is taken from the head of its lane (the oldest
 // one, which earned it); the lane that is served anyway keeps its clients' turns.
@@ -162,8 +163,12 @@ class Scheduler {
     TimePoint deadline;
     std::uint32_t slot;
   };
-  // DRR, kept lazily: a client's deficit is `deficit` after its turn of round `round`; every
-  // later round grants it quantum x weight. It waits for its next paying turn in one of its
+  // Rounds count up for ever, modulo 2^64: compared by their difference (a serial number, as
+  // TCP's), which is below 2^34 between any two still in use.
+  using Round = std::uint64_t;
+  static bool round_before(Round a, Round b) noexcept { return static_cast<std::int64_t>(a - b) < 0; }
+  // DRR, kept lazily: a client's deficit is `deficit` after its turn of round `round` (kept when
+  // it leaves: its last turn); every later round grants it quantum x weight. It waits for its next paying turn in one of its
   // lane's places (Lane): a list (it can pay in this / the next round), or the heap.
   // The two lists are indexed by round parity (list0: even rounds), so when a round ends, `next`
   // becomes `now` without touching its clients.
@@ -174,7 +179,7 @@ class Scheduler {
     Place place = Place::none;
     std::uint32_t prev = npos, next = npos;  // in `now` / `next`; heap position in `prev`
     std::uint64_t ring_seq = 0;              // when it became active: its place in a round
-    std::int64_t round = 0;
+    Round round = ~Round{0};                 // never active: as if its last turn were long ago
     std::int64_t deficit = 0;
   };
   struct ClientList {  // clients in ring_seq order, appended at the tail
@@ -182,7 +187,7 @@ class Scheduler {
     std::uint64_t tail_seq = 0;  // the tail's ring_seq (read on every append)
   };
   struct TurnEntry {  // a client that can pay in round `round` (the heap's key: round, seq)
-    std::int64_t round;
+    Round round;
     std::uint64_t seq;
     std::uint32_t client;
   };
@@ -201,7 +206,7 @@ class Scheduler {
     // after the client of ring_seq `current_seq`.
     std::uint32_t current = npos;
     std::uint64_t current_seq = 0;
-    std::int64_t round = 0;
+    Round round = 0;
     std::uint64_t next_ring_seq = 1;
     std::uint32_t active = 0;                      // clients with items in the lane
     ClientList lists[2]{};                         // can pay in a round of that parity: this
@@ -217,13 +222,13 @@ class Scheduler {
   void drr_leave(std::size_t lane, std::uint32_t client);
   void drr_head_changed(std::size_t lane, std::uint32_t client);
   void drr_wait(std::size_t lane, std::uint32_t client);   // placed by its paying round
-  void drr_place(std::size_t lane, std::uint32_t client, std::int64_t round);
-  [[gnu::noinline]] void drr_place_later(std::size_t lane, std::uint32_t client, std::int64_t round);
+  void drr_place(std::size_t lane, std::uint32_t client, Round round);
+  [[gnu::noinline]] void drr_place_later(std::size_t lane, std::uint32_t client, Round round);
   std::int64_t drr_turns_to_pay(std::uint32_t client, const ClientLane& q) const noexcept;
   void drr_unplace(std::size_t lane, std::uint32_t client);
-  std::int64_t drr_next_turn(const Lane& lane, const ClientLane& q) const noexcept;
-  std::int64_t drr_paying_round(const Lane& lane, std::uint32_t client,
-                                const ClientLane& q) const noexcept;
+  Round drr_next_turn(const Lane& lane, const ClientLane& q) const noexcept;
+  Round drr_paying_round(const Lane& lane, std::uint32_t client,
+                         const ClientLane& q) const noexcept;
   std::uint32_t drr_next_client(std::size_t lane) const noexcept;  // who pays next (no change)
   void later_set(std::size_t lane, std::size_t pos, TurnEntry e);
   void later_up(std::size_t lane, std::size_t pos);

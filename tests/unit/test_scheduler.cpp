@@ -214,8 +214,9 @@ TEST_CASE("costs far above quantum x weight: the same order as turn-by-turn DRR,
 namespace {
 // Deficit round-robin turn by turn in one lane, with arrivals, removals, requeues and weight
 // changes at any time: clients in the order they became active (a newly active one is last in
-// the round under way); a visit grants quantum x weight (the weight of that moment); a turn
-// lasts while the deficit pays for the head; an emptied client leaves and forgets its deficit.
+// the round under way, unless it had a turn in that round already: it emptied and came back);
+// a visit grants quantum x weight (the weight of that moment); a turn lasts while the deficit
+// pays for the head; an emptied client leaves and forgets its deficit.
 class DrrModel {
  public:
   explicit DrrModel(std::uint32_t quantum) : quantum_(quantum) {}
@@ -254,16 +255,23 @@ class DrrModel {
         }
         cur_.reset();  // its turn is over
       }
-      // the next client in the round, or the first of the next round
-      auto next = active_.end();
-      for (auto it = active_.begin(); it != active_.end(); ++it)
-        if (it->second.ring > cur_seq_ && (next == active_.end() || it->second.ring < next->second.ring))
-          next = it;
-      if (next == active_.end())
+      // the next client in the round (one turn per round each), or the first of the next round
+      const auto first_after = [&](std::uint64_t seq) {
+        auto next = active_.end();
         for (auto it = active_.begin(); it != active_.end(); ++it)
-          if (next == active_.end() || it->second.ring < next->second.ring) next = it;
+          if (it->second.ring > seq && visited_[it->first] != round_ &&
+              (next == active_.end() || it->second.ring < next->second.ring))
+            next = it;
+        return next;
+      };
+      auto next = first_after(cur_seq_);
+      if (next == active_.end()) {
+        ++round_;
+        next = first_after(0);
+      }
       const auto w = weights_.count(next->first) ? weights_.at(next->first) : 1;
       next->second.deficit += std::int64_t{quantum_} * w;
+      visited_[next->first] = round_;
       cur_ = next->first;
       cur_seq_ = next->second.ring;
     }
@@ -288,8 +296,9 @@ class DrrModel {
   std::uint32_t quantum_;
   std::map<std::string, std::uint32_t> weights_;
   std::map<std::string, Client> active_;
+  std::map<std::string, std::uint64_t> visited_;  // the round of each client's last turn
   std::optional<std::string> cur_;
-  std::uint64_t cur_seq_ = 0, next_ring_ = 1;
+  std::uint64_t cur_seq_ = 0, next_ring_ = 1, round_ = 1;
 };
 }  // namespace
 
@@ -364,6 +373,43 @@ TEST_CASE("DRR with arrivals, removals, requeues and weight changes at any time:
     }
     CHECK(model.empty());
     CHECK_FALSE(s.pop(t0));
+  }
+}
+
+TEST_CASE("a client that empties and comes back at once (a closed-loop caller, a retry) gets "
+          "one turn per round, not every pop",
+          "[scheduler]") {
+  Fixture f;
+  SECTION("it submits its next request as soon as one is taken") {
+    std::map<std::uint64_t, char> who;
+    for (int i = 0; i < 3; ++i) {
+      who[f.push(5, "a")] = 'a';
+      who[f.push(5, "b")] = 'b';
+    }
+    who[f.push(5, "x")] = 'x';
+    std::string order;
+    for (int i = 0; i < 9; ++i) {
+      const auto p = f.pop();
+      order += who.at(p);
+      if (who.at(p) == 'x') who[f.push(5, "x")] = 'x';
+    }
+    CHECK(order == "abxabxabx");
+  }
+  SECTION("its only request fails and goes back to its place") {
+    const auto a1 = f.push(5, "a");
+    const auto a2 = f.push(5, "a");
+    const auto x = f.push(5, "x");
+    std::vector<std::uint64_t> order;
+    for (int i = 0; i < 4; ++i) {
+      auto item = f.s.pop(t0);
+      REQUIRE(item);
+      order.push_back(item->payload);
+      if (item->payload == x && i < 2)  // retried once
+        REQUIRE(f.s.push({.lane = item->lane, .client = "x", .payload = x,
+                          .enqueued_at = item->enqueued_at, .seq = item->seq})
+                    .status == Scheduler::PushStatus::ok);
+    }
+    CHECK(order == std::vector<std::uint64_t>{a1, x, a2, x});
   }
 }
 
