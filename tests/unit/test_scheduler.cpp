@@ -436,7 +436,8 @@ TEST_CASE("pop stays cheap with many clients whose costs far exceed a turn's gra
     ++popped;
   }
   CHECK(popped == clients);
-  CHECK(std::chrono::steady_clock::now() - t < 2s);  // ~10 ms in Release; generous for sanitizers
+  // ~30 ms in Release, ~0.5 s under TSan; the old walk took 7.5 s in Release
+  CHECK(std::chrono::steady_clock::now() - t < 4s);
 }
 
 TEST_CASE("aging lifts a waiting background request one lane per age_step", "[scheduler]") {
