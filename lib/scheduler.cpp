@@ -1,5 +1,7 @@
 #include "laneq/scheduler.hpp"
 
+#include "indexed_heap.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <limits>
@@ -13,6 +15,13 @@ constexpr std::size_t idle_client_sweep = 4096;  // idle clients kept before a s
 // A turn's grant is capped far above any cost (costs are 32-bit): quantum x weight, both 32-bit,
 // could overflow a signed 64-bit deficit otherwise; no realistic configuration reaches the cap.
 constexpr std::uint64_t max_grant = std::uint64_t{1} << 40;
+
+// The two heaps' orders: explicit deadlines; clients by the (round, ring_seq) of their turn,
+// rounds compared as serial numbers.
+constexpr auto deadline_before = [](const auto& a, const auto& b) { return a.deadline < b.deadline; };
+constexpr auto turn_before = [](const auto& a, const auto& b) {
+  return a.round != b.round ? static_cast<std::int64_t>(a.round - b.round) < 0 : a.seq < b.seq;
+};
 }  // namespace
 
 Scheduler::Scheduler(SchedulerConfig config) : cfg_(std::move(config)) {
@@ -223,9 +232,8 @@ std::int64_t Scheduler::effective_rank(std::size_t lane, TimePoint enqueued_at,
 
 void Scheduler::heap_push(std::uint32_t slot, TimePoint deadline) {
   nodes_[slot].deadline_kind = explicit_deadline;
-  nodes_[slot].dl_prev = static_cast<std::uint32_t>(heap_.size());
-  heap_.push_back({deadline, slot});
-  heap_up(heap_.size() - 1);
+  detail::heap_push(heap_, HeapEntry{deadline, slot}, deadline_before,
+                    [this](std::size_t p, const HeapEntry& e) { heap_set(p, e); });
 }
 
 void Scheduler::dl_list_erase(std::uint32_t slot) {
@@ -333,8 +341,22 @@ void Scheduler::drr_place(std::size_t l, std::uint32_t c, Round at) {
 void Scheduler::drr_place_later(std::size_t l, std::uint32_t c, Round at) {
   ClientLane& q = clients_[c].lanes[l];
   q.place = Place::heap;
-  lanes_[l].later.push_back({at, q.ring_seq, c});
-  later_up(l, lanes_[l].later.size() - 1);
+  detail::heap_push(lanes_[l].later, TurnEntry{at, q.ring_seq, c}, turn_before,
+                    [this, l](std::size_t p, const TurnEntry& e) { later_set(l, p, e); });
+}
+
+// Out of its list (list0 or list1).
+void Scheduler::drr_list_erase(std::size_t l, ClientLane& q) {
+  ClientList& list = lanes_[l].lists[q.place == Place::list0 ? 0 : 1];
+  (q.prev == npos ? list.head : clients_[q.prev].lanes[l].next) = q.next;
+  if (q.next != npos) {
+    clients_[q.next].lanes[l].prev = q.prev;
+  } else {
+    list.tail = q.prev;
+    if (q.prev != npos) list.tail_seq = clients_[q.prev].lanes[l].ring_seq;
+  }
+  q.place = Place::none;
+  q.prev = q.next = npos;
 }
 
 void Scheduler::drr_unplace(std::size_t l, std::uint32_t c) {
@@ -344,28 +366,11 @@ void Scheduler::drr_unplace(std::size_t l, std::uint32_t c) {
     case Place::none: break;
     case Place::current: lane.current = npos; break;
     case Place::list0:
-    case Place::list1: {
-      ClientList& list = lane.lists[q.place == Place::list0 ? 0 : 1];
-      (q.prev == npos ? list.head : clients_[q.prev].lanes[l].next) = q.next;
-      if (q.next != npos) {
-        clients_[q.next].lanes[l].prev = q.prev;
-      } else {
-        list.tail = q.prev;
-        if (q.prev != npos) list.tail_seq = clients_[q.prev].lanes[l].ring_seq;
-      }
+    case Place::list1: drr_list_erase(l, q); return;
+    case Place::heap:
+      detail::heap_erase(lane.later, q.prev, turn_before,
+                         [this, l](std::size_t p, const TurnEntry& e) { later_set(l, p, e); });
       break;
-    }
-    case Place::heap: {
-      const std::size_t pos = q.prev;
-      const TurnEntry last = lane.later.back();
-      lane.later.pop_back();
-      if (pos < lane.later.size()) {  // the last entry fills the hole, up or down from it
-        later_set(l, pos, last);
-        later_up(l, pos);
-        if (clients_[last.client].lanes[l].prev == pos) later_down(l, pos);
-      }
-      break;
-    }
   }
   q.place = Place::none;
   q.prev = q.next = npos;
@@ -422,30 +427,22 @@ std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
   }
   // The next client's turn comes: in this round, the next (the lists swap roles by parity), or
   // later (the lists are empty then). The grants of the turns it could not pay in come at once.
-  std::uint32_t c;
-  Round at;
-  ClientList* first = &lane.lists[static_cast<std::size_t>(lane.round & 1)];
-  at = lane.round;
-  if (first->head == npos) {  // this round is over: the next one's first
-    first = &lane.lists[static_cast<std::size_t>((lane.round + 1) & 1)];
-    ++at;
-  }
-  if (first->head != npos && lane.later.empty()) {  // the usual case: a list's first
-    c = first->head;
-    ClientLane& q = clients_[c].lanes[l];
-    first->head = q.next;
-    (q.next == npos ? first->tail : clients_[q.next].lanes[l].prev) = npos;
-    q.place = Place::none;
-    q.next = npos;
-  } else {
+  Round at = lane.round;
+  std::uint32_t c = lane.lists[static_cast<std::size_t>(at & 1)].head;
+  if (c == npos) c = lane.lists[static_cast<std::size_t>(++at & 1)].head;  // this round is over
+  if (c == npos || !lane.later.empty()) {  // not the usual case: a list's first, heap empty
     c = drr_next_client(l);
-    const ClientLane& q = clients_[c].lanes[l];
-    at = q.place == Place::heap ? lane.later.front().round
-         : (q.place == Place::list0) == ((lane.round & 1) == 0) ? lane.round
+    const ClientLane& w = clients_[c].lanes[l];
+    at = w.place == Place::heap ? lane.later.front().round
+         : (w.place == Place::list0) == ((lane.round & 1) == 0) ? lane.round
                                                               : lane.round + 1;
-    drr_unplace(l, c);
   }
   ClientLane& q = clients_[c].lanes[l];
+  if (q.place == Place::heap) {
+    drr_unplace(l, c);
+  } else {
+    drr_list_erase(l, q);  // the usual case, without drr_unplace's call
+  }
   lane.round = at;
   lane.current = c;
   lane.current_seq = q.ring_seq;
@@ -456,45 +453,12 @@ std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
   return q.head;
 }
 
-// --- the heap of clients that can pay only in a later round, min on (round, ring_seq) ---------
-
-namespace {
-bool turn_before(std::uint64_t r1, std::uint64_t s1, std::uint64_t r2, std::uint64_t s2) {
-  return r1 != r2 ? static_cast<std::int64_t>(r1 - r2) < 0 : s1 < s2;
-}
-}  // namespace
+// --- the heap of clients that can pay only in a later round, min on (round, ring_seq); a
+// client-lane's heap position lives in its `prev` ---
 
 void Scheduler::later_set(std::size_t l, std::size_t pos, TurnEntry e) {
   lanes_[l].later[pos] = e;
   clients_[e.client].lanes[l].prev = static_cast<std::uint32_t>(pos);
-}
-
-void Scheduler::later_up(std::size_t l, std::size_t pos) {
-  auto& h = lanes_[l].later;
-  const TurnEntry e = h[pos];
-  while (pos > 0) {
-    const std::size_t parent = (pos - 1) / 2;
-    if (!turn_before(e.round, e.seq, h[parent].round, h[parent].seq)) break;
-    later_set(l, pos, h[parent]);
-    pos = parent;
-  }
-  later_set(l, pos, e);
-}
-
-void Scheduler::later_down(std::size_t l, std::size_t pos) {
-  auto& h = lanes_[l].later;
-  const TurnEntry e = h[pos];
-  for (;;) {
-    std::size_t child = 2 * pos + 1;
-    if (child >= h.size()) break;
-    if (child + 1 < h.size() &&
-        turn_before(h[child + 1].round, h[child + 1].seq, h[child].round, h[child].seq))
-      ++child;
-    if (!turn_before(h[child].round, h[child].seq, e.round, e.seq)) break;
-    later_set(l, pos, h[child]);
-    pos = child;
-  }
-  later_set(l, pos, e);
 }
 
 std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_t mask) {
@@ -587,7 +551,7 @@ void Scheduler::set_client_weight(std::string_view client, std::uint32_t weight)
   const std::uint32_t c = it->second;
   // From its next turn: where it waits, the turns it had so far were granted at the old
   // weight (made explicit here), those to come at the new one. A current turn keeps its grant.
-  std::vector<std::size_t> waiting;
+  std::uint64_t waiting = 0;  // lanes (<= 64) where it waits
   for (std::size_t l = 0; l < lanes_.size(); ++l) {
     ClientLane& q = clients_[c].lanes[l];
     if (q.count == 0 || q.place == Place::current) continue;
@@ -597,10 +561,11 @@ void Scheduler::set_client_weight(std::string_view client, std::uint32_t weight)
       q.round = last;
     }
     drr_unplace(l, c);
-    waiting.push_back(l);
+    waiting |= std::uint64_t{1} << l;
   }
   clients_[c].weight = weight;
-  for (std::size_t l : waiting) drr_wait(l, c);
+  for (; waiting != 0; waiting &= waiting - 1)
+    drr_wait(static_cast<std::size_t>(std::countr_zero(waiting)), c);
 }
 
 std::size_t Scheduler::client_size(std::string_view client) const {
@@ -615,38 +580,9 @@ void Scheduler::heap_set(std::size_t pos, HeapEntry e) {
   nodes_[e.slot].dl_prev = static_cast<std::uint32_t>(pos);
 }
 
-void Scheduler::heap_up(std::size_t pos) {
-  const HeapEntry e = heap_[pos];
-  while (pos > 0) {
-    const std::size_t parent = (pos - 1) / 2;
-    if (heap_[parent].deadline <= e.deadline) break;
-    heap_set(pos, heap_[parent]);
-    pos = parent;
-  }
-  heap_set(pos, e);
-}
-
-void Scheduler::heap_down(std::size_t pos) {
-  const HeapEntry e = heap_[pos];
-  const std::size_t n = heap_.size();
-  for (;;) {
-    std::size_t child = 2 * pos + 1;
-    if (child >= n) break;
-    if (child + 1 < n && heap_[child + 1].deadline < heap_[child].deadline) ++child;
-    if (e.deadline <= heap_[child].deadline) break;
-    heap_set(pos, heap_[child]);
-    pos = child;
-  }
-  heap_set(pos, e);
-}
-
 void Scheduler::heap_erase(std::size_t pos) {
-  const HeapEntry last = heap_.back();
-  heap_.pop_back();
-  if (pos == heap_.size()) return;
-  heap_set(pos, last);
-  heap_up(pos);
-  heap_down(nodes_[last.slot].dl_prev);
+  detail::heap_erase(heap_, pos, deadline_before,
+                     [this](std::size_t p, const HeapEntry& e) { heap_set(p, e); });
 }
 
 }  // namespace laneq

@@ -226,13 +226,12 @@ class Scheduler {
   [[gnu::noinline]] void drr_place_later(std::size_t lane, std::uint32_t client, Round round);
   std::int64_t drr_turns_to_pay(std::uint32_t client, const ClientLane& q) const noexcept;
   void drr_unplace(std::size_t lane, std::uint32_t client);
+  void drr_list_erase(std::size_t lane, ClientLane& q);
   Round drr_next_turn(const Lane& lane, const ClientLane& q) const noexcept;
   Round drr_paying_round(const Lane& lane, std::uint32_t client,
                          const ClientLane& q) const noexcept;
   std::uint32_t drr_next_client(std::size_t lane) const noexcept;  // who pays next (no change)
-  void later_set(std::size_t lane, std::size_t pos, TurnEntry e);
-  void later_up(std::size_t lane, std::size_t pos);
-  void later_down(std::size_t lane, std::size_t pos);
+  void later_set(std::size_t lane, std::size_t pos, TurnEntry e);  // pos kept in its prev
   void heap_push(std::uint32_t slot, TimePoint deadline);  // an explicit deadline, O(log n)
   void dl_list_erase(std::uint32_t slot);                   // out of its lane's deadline list
   std::uint32_t client_for(std::string_view name);
@@ -241,8 +240,6 @@ class Scheduler {
   void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail);
   TimePoint deadline_of(std::uint32_t slot) const noexcept;  // max() when it has none
   void heap_set(std::size_t pos, HeapEntry e);  // heap_[pos] = e, pos kept in its node's dl_prev
-  void heap_up(std::size_t pos);
-  void heap_down(std::size_t pos);
   void heap_erase(std::size_t pos);
   void collect_idle_clients();
   ItemId id_of(std::uint32_t slot) const noexcept {
