@@ -531,6 +531,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     }
     if (stopping_) return reject(op, errc::shutting_down);
     if (op->options.durable && !journal_) return reject(op, errc::no_journal);
+    // A failed parse's value (json::parse(text, nullptr, false)) cannot be journaled: stored as
+    // null, a recovered copy would be sent without it, where this run's call is refused.
+    if (op->options.durable && !recovered && op->request.extra.is_discarded())
+      return reject(op, errc::bad_request,
+                    "Request::extra is a discarded JSON value (a failed parse): a durable request "
+                    "must be journaled as it is sent");
     // A recovered request was acknowledged in an earlier run: the per-client limit must not
     // fail it now (only its deadline ends it); enqueue() lets it past the scheduler's too.
     if (!recovered && cfg_.max_pending_per_client != 0 &&
@@ -707,11 +713,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                                                        : cfg_.default_max_tokens};
   }
 
-  void reject(op_ptr op, errc e) {
+  void reject(op_ptr op, errc e, std::string why = {}) {
     metrics_.rejected(op->lane, op->client_ref);
+    Response r;
+    r.error_message = std::move(why);
     if (op->durable && op->durable->row > 0)  // recovered: its row ends too (or stays pending)
-      return settle_durable(op, e, Metrics::Outcome::failed, Response{});
-    op->complete(e, Response{});
+      return settle_durable(op, e, Metrics::Outcome::failed, std::move(r));
+    op->complete(e, std::move(r));
   }
 
   void enqueue(op_ptr op, bool was_waiting) {

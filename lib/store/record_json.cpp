@@ -17,7 +17,8 @@ void append_json(std::string& out, const Request& r) {
   out += std::to_string(r.max_tokens);
   out += r.stream ? ",\"stream\":true,\"extra\":" : ",\"stream\":false,\"extra\":";
   // A discarded value (json::parse(text, nullptr, false) of bad text) dumps as "<discarded>",
-  // which no later open could read back: stored as null.
+  // which no later open could read back. The queue refuses a durable request carrying one
+  // (bad_request); written as null here all the same, so that no row is ever unreadable.
   if (r.extra.is_null() || r.extra.is_discarded())
     out += "null";
   else

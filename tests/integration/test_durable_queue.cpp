@@ -348,6 +348,40 @@ TEST_CASE("without a journal async_enqueue, a durable submit and result fail wit
   CHECK(provider.seen().empty());
 }
 
+TEST_CASE("a durable request whose extra is a discarded JSON value is refused with bad_request, "
+          "not journaled without it",
+          "[durable][errors]") {
+  TempDir dir("laneq-durable");
+  DurableRun r({.workers = 1, .journal = {.path = dir.file("q.db")}});
+  auto& [reports, io, provider, queue] = r;
+  queue.start();
+  std::vector<std::pair<std::error_code, std::string>> acks;
+  auto bad = [](const std::string& id) {
+    laneq::Request q = request(id);
+    q.extra = nlohmann::json::parse("{not json", nullptr, false);
+    REQUIRE(q.extra.is_discarded());
+    return q;
+  };
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, resp] = co_await queue.async_submit(bad("s-1"), {.durable = true}, tuple_awaitable);
+    CHECK(ec == errc::bad_request);
+    CHECK(resp.error_message.find("Request::extra") != std::string::npos);
+    queue.async_enqueue(bad("e-1"), {}, [&](std::error_code e, std::string id) {
+      acks.emplace_back(e, std::move(id));
+    });
+    // The same request, not durable, is the provider's to judge (it is not journaled).
+    auto [ec2, resp2] = co_await queue.async_submit(bad("plain"), {}, tuple_awaitable);
+    CHECK_FALSE(ec2);
+    co_await queue.shutdown();
+  });
+  REQUIRE(acks.size() == 1);
+  CHECK(acks[0].first == errc::bad_request);
+  CHECK(acks[0].second == "e-1");
+  CHECK(queue.journal()->stats().appended == 0);
+  CHECK(provider.seen() == ids{"plain"});
+  CHECK(reports.size() == 0);
+}
+
 TEST_CASE("an id already in the journal - pending or finished - is refused with duplicate_id: "
           "one acknowledgement, one report and one call each",
           "[durable][errors]") {
