@@ -26,6 +26,7 @@
 #include "laneq/rate_limit_headers.hpp"
 #include "laneq/scheduler.hpp"
 #include "json_text.hpp"
+#include "waiting_room.hpp"
 
 namespace laneq {
 
@@ -331,6 +332,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         sched_(scheduler_config(cfg_)),
         metrics_(metric_lanes(sched_, cfg_), cfg_.metrics_max_clients),
         timer_(strand_),
+        waiting_(sched_.lane_count()),
         limiter_(std::make_unique<RateLimiter>(ex, cfg_.rate_limits, "default")),
         rng_(std::random_device{}()),
         executor_(ex) {
@@ -540,7 +542,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // A recovered request was acknowledged in an earlier run: the per-client limit must not
     // fail it now (only its deadline ends it); enqueue() lets it past the scheduler's too.
     if (!recovered && cfg_.max_pending_per_client != 0 &&
-        sched_.client_size(op->options.client) >= cfg_.max_pending_per_client)
+        sched_.client_size(op->options.client) + waiting_.client_size(op->options.client) >=
+            cfg_.max_pending_per_client)
       return reject(op, errc::client_queue_full);
     // Estimated once; a cost beyond a whole budget could never be granted: say so now.
     try {
@@ -573,14 +576,19 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   // Admitted: into the scheduler, or the waiting list when it is full.
   void place(op_ptr op) {
-    if (sched_.full() || wait_head_ != nullptr) {
+    if (sched_.full() || !waiting_.empty()) {
+      // A parked reserved worker takes it at once: it needs no room (it leaves the scheduler
+      // as it enters), so a critical request never waits for a full queue of batch work.
+      if (!idle_reserved_.empty() && sched_.lane(op->lane).reserved) {
+        enqueue(op, false, true);
+        hand_out();
+        return;
+      }
       // A durable request was acknowledged already: it always waits for room.
       if (lane_when_full_[op->lane] == WhenFull::reject && !op->durable)
         return reject(op, errc::queue_full);
       op->st = state::waiting;
-      op->wait = {wait_tail_, nullptr};
-      (wait_tail_ ? wait_tail_->wait.next : wait_head_) = op;
-      wait_tail_ = op;
+      waiting_.push(op);
       metrics_.waiting(op->lane, op->client_ref);
       if (op->deadline != never) {
         wait_deadlines_.emplace(op->deadline, op);
@@ -722,7 +730,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     op->complete(e, std::move(r));
   }
 
-  void enqueue(op_ptr op, bool was_waiting) {
+  // past_capacity: into a full scheduler, for a worker that takes it at once.
+  void enqueue(op_ptr op, bool was_waiting, bool past_capacity = false) {
     Scheduler::PushArgs args{.lane = op->lane,
                              .client = op->options.client,
                              .payload = reinterpret_cast<std::uint64_t>(op),
@@ -730,13 +739,14 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                              .deadline = std::nullopt,
                              .cost = op->options.cost};
     if (op->options.timeout) args.deadline = op->deadline;
-    // An acknowledged durable request passed the per-client limit at admission (or in an
-    // earlier run), but others of its client may have been queued while its row was being
-    // committed: it must not fail now, so the limit does not apply to it again.
-    args.admitted = op->durable && op->durable->row > 0;
+    // Limits were checked at admission. A waiter was counted with its client's then (room is
+    // there when it comes). An acknowledged durable request passed the per-client limit at
+    // admission (or in an earlier run), but others of its client may have been queued while
+    // its row was being committed: it must not fail now, so the limit does not apply to it again.
+    args.admitted = was_waiting || past_capacity || (op->durable && op->durable->row > 0);
     const auto r = sched_.push(args);
     if (r.status != Scheduler::PushStatus::ok) {
-      // Only a waiter can get here (limits were checked at admission): it is still waiting.
+      // Not expected (limits were checked at admission); failed, not lost, if it happens.
       const auto e = r.status == Scheduler::PushStatus::client_queue_full ? errc::client_queue_full
                                                                           : errc::queue_full;
       return finish(op, e, Metrics::Outcome::rejected,
@@ -749,23 +759,26 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   void unlink_waiting(op_ptr op) {
-    (op->wait.prev ? op->wait.prev->wait.next : wait_head_) = op->wait.next;
-    (op->wait.next ? op->wait.next->wait.prev : wait_tail_) = op->wait.prev;
-    op->wait = {nullptr, nullptr};
+    waiting_.erase(op);
     if (op->deadline != never) wait_deadlines_.erase({op->deadline, op});
   }
 
-  // Room appeared in the scheduler: waiters go in, in arrival order, and parked workers get
-  // what they may take (a critical waiter may be for a parked reserved worker).
+  // Room appeared in the scheduler: waiters go in, the best effective rank first (a critical
+  // waiter before batch work that came earlier; aging as in the scheduler), and parked workers
+  // get what they may take (a critical waiter may be for a parked reserved worker).
   void admit_waiters() {
-    bool admitted = false;
-    while (wait_head_ && !sched_.full()) {
-      op_ptr op = wait_head_;
+    if (waiting_.empty() || sched_.full()) return;
+    const auto now = steady::now();
+    const auto rank = [&](std::size_t lane, const submit_op_base& head) {
+      return sched_.effective_rank(lane, head.submitted_at, now);
+    };
+    while (!sched_.full()) {
+      op_ptr op = waiting_.best(rank);
+      if (!op) break;
       unlink_waiting(op);
       enqueue(op, true);
-      admitted = true;
     }
-    if (admitted) hand_out();
+    hand_out();
   }
 
   // --- hand-off to workers (strand) ---
@@ -1253,7 +1266,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   // Nothing pending: drop the timer so io_context::run() can return.
   void maybe_idle() {
-    if (timer_expiry_ != never && sched_.empty() && wait_head_ == nullptr && in_flight_ == 0 &&
+    if (timer_expiry_ != never && sched_.empty() && waiting_.empty() && in_flight_ == 0 &&
         retry_waits_.empty()) {
       timer_.cancel();
       timer_expiry_ = never;
@@ -1283,8 +1296,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       retry_waits_.erase(retry_waits_.begin());
       finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
     }
-    while (wait_head_) {
-      op_ptr op = wait_head_;
+    while (op_ptr op = waiting_.any()) {
       unlink_waiting(op);
       finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::waiting);
     }
@@ -1307,7 +1319,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   void check_shutdown() {
     if (!stopping_ || stop_workers_) return;
-    if (!sched_.empty() || wait_head_ != nullptr || in_flight_ > 0 || !retry_waits_.empty() ||
+    if (!sched_.empty() || !waiting_.empty() || in_flight_ > 0 || !retry_waits_.empty() ||
         journaling_ > 0)
       return;
     stop_workers_ = true;
@@ -1349,8 +1361,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   std::vector<WhenFull> lane_when_full_;
   std::vector<std::unique_ptr<worker>> workers_;
   std::vector<worker*> idle_any_, idle_reserved_;
-  op_ptr wait_head_ = nullptr;
-  op_ptr wait_tail_ = nullptr;
+  waiting_room waiting_;  // admitted, waiting for room in the scheduler
   std::set<std::pair<steady::time_point, op_ptr>> wait_deadlines_;
   std::vector<unique_function<void(std::error_code)>> shutdown_waiters_;
   std::unique_ptr<RateLimiter> limiter_;

@@ -59,8 +59,10 @@ std::vector<LaneConfig> default_lanes();
 struct QueueConfig {
   std::size_t workers = 8;                   // worker coroutines (= max calls in flight), >= 1
   std::size_t reserved_workers = 0;          // of `workers`, serving reserved lanes only; < workers
-  std::size_t max_pending = 100'000;         // queued requests (all lanes), >= 1
-  std::size_t max_pending_per_client = 0;    // 0 = unlimited; beyond -> client_queue_full
+  std::size_t max_pending = 100'000;         // queued requests (all lanes), >= 1; beyond: wait
+                                             // for room (best lane first) or queue_full
+  std::size_t max_pending_per_client = 0;    // queued + waiting; 0 = unlimited; beyond ->
+                                             // client_queue_full
   std::vector<LaneConfig> lanes = default_lanes();
   std::uint32_t quantum = 1;                 // DRR cost units per weight per turn, >= 1
   std::map<std::string, std::uint32_t> client_weights{};  // DRR weights (default 1), each >= 1
