@@ -52,6 +52,13 @@ constexpr asio::use_awaitable_t<CallExecutor> on_strand{};
 using op_ptr = submit_op_base*;
 using state = submit_op_base::state;
 constexpr auto never = steady::time_point::max();
+// A timeout this long is none: milliseconds::max() (and anything past a lifetime) means "no
+// deadline", where now + it would overflow the clock's nanoseconds.
+constexpr std::chrono::milliseconds no_deadline_beyond = std::chrono::hours(24 * 365 * 100);
+
+steady::time_point deadline_after(steady::time_point now, std::chrono::milliseconds timeout) {
+  return timeout >= no_deadline_beyond ? never : now + timeout;
+}
 
 [[noreturn]] void bad_config(const std::string& what) {
   throw std::system_error(make_error_code(errc::invalid_config), what);
@@ -94,8 +101,12 @@ void validate(const QueueConfig& c) {
   }
   if (c.reserved_workers > 0 && !any_reserved)
     bad_config("QueueConfig::reserved_workers > 0 but no lane has reserved = true");
-  for (const auto& [client, w] : c.client_weights)
+  for (const auto& [client, w] : c.client_weights) {
     if (w == 0) bad_config("QueueConfig::client_weights[\"" + client + "\"] must be >= 1");
+    if (client.size() > ClientId::max_size)  // no SubmitOptions::client could ever name it
+      bad_config("QueueConfig::client_weights: \"" + client + "\" is longer than a client name (" +
+                 std::to_string(ClientId::max_size) + " bytes)");
+  }
   if (c.retry.max_attempts < 1 || c.retry.max_attempts > 100)
     bad_config("QueueConfig::retry.max_attempts must be in 1..100 (got " +
                std::to_string(c.retry.max_attempts) + ")");
@@ -111,10 +122,10 @@ SchedulerConfig scheduler_config(const QueueConfig& c) {
   SchedulerConfig s{.max_pending = c.max_pending,
                     .max_pending_per_client = c.max_pending_per_client,
                     .quantum = c.quantum};
-  for (const auto& l : c.lanes)
+  for (const auto& l : c.lanes)  // (as nanoseconds: a lifetime or more is none / never)
     s.lanes.push_back({.priority = static_cast<int>(l.priority),
-                       .timeout = l.timeout,
-                       .age_step = l.age_step,
+                       .timeout = l.timeout >= no_deadline_beyond ? Duration{0} : Duration{l.timeout},
+                       .age_step = std::min(l.age_step, no_deadline_beyond),
                        .reserved = l.reserved});
   return s;
 }
@@ -559,7 +570,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
     if (!recovered) {
       if (op->options.timeout) {
-        op->deadline = now + *op->options.timeout;
+        op->deadline = deadline_after(now, *op->options.timeout);
       } else if (const auto t = sched_.lane(lane).timeout; t.count() > 0) {
         op->deadline = now + t;
       }
@@ -730,6 +741,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     op->complete(e, std::move(r));
   }
 
+  // The scheduler keeps a lane's default deadline itself (cheaper); a deadline of the request's
+  // own, or one recorded in an earlier run (the lane's timeout may have changed since), it is told.
+  static bool explicit_deadline(const submit_op_base* op) {
+    return op->options.timeout || (op->durable && op->durable->recovered);
+  }
+
   // past_capacity: into a full scheduler, for a worker that takes it at once.
   void enqueue(op_ptr op, bool was_waiting, bool past_capacity = false) {
     Scheduler::PushArgs args{.lane = op->lane,
@@ -738,7 +755,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                              .enqueued_at = op->submitted_at,
                              .deadline = std::nullopt,
                              .cost = op->options.cost};
-    if (op->options.timeout) args.deadline = op->deadline;
+    if (explicit_deadline(op)) args.deadline = op->deadline;
     // Limits were checked at admission. A waiter was counted with its client's then (room is
     // there when it comes). An acknowledged durable request passed the per-client limit at
     // admission (or in an earlier run), but others of its client may have been queued while
@@ -1148,7 +1165,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                              .deadline = std::nullopt,
                              .cost = op->options.cost,
                              .seq = op->sched.id};
-    if (op->options.timeout) args.deadline = op->deadline;
+    if (explicit_deadline(op)) args.deadline = op->deadline;
     const auto r = sched_.push(args);  // a requeue is never rejected for capacity
     if (r.status != Scheduler::PushStatus::ok)
       return finish(op, errc::internal, Metrics::Outcome::failed, Metrics::From::in_flight);
@@ -1212,6 +1229,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         break;
     }
     maybe_idle();
+    // A draining shutdown may have waited for this one alone (a retry's back-off, with every
+    // worker parked): nobody else would look again.
+    check_shutdown();
   }
 
   void abort_call(op_ptr op) {
@@ -1262,6 +1282,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     admit_waiters();
     hand_out();
     if (next != never) arm_timer(next);
+    check_shutdown();  // what expired may have been all a draining shutdown waited for
   }
 
   // Nothing pending: drop the timer so io_context::run() can return.

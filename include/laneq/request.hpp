@@ -44,7 +44,8 @@ struct Request {
 struct SubmitOptions {
   Priority priority = Priority::normal;              // names a lane of QueueConfig::lanes
   ClientId client{};                                 // tenant for fair scheduling ("" = default)
-  std::optional<std::chrono::milliseconds> timeout{};  // queue wait + call; overrides the lane's
+  // Queue wait + call; overrides the lane's. milliseconds::max() (or 100 years or more): none.
+  std::optional<std::chrono::milliseconds> timeout{};
   std::uint32_t cost = 1;                            // fairness cost (DRR), e.g. tokens; ≥ 1
   // Journaled before it is queued (needs QueueConfig::journal): survives a crash and runs
   // again after a restart (at-least-once). See RequestQueue::async_enqueue.

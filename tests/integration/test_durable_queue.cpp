@@ -504,6 +504,44 @@ TEST_CASE("a recovered request keeps its enqueue time and deadline: its wait cou
   CHECK(next.provider.seen() == ids{"waited"});
 }
 
+TEST_CASE("a recovered request expires at its recorded deadline while queued, though its lane "
+          "has no timeout in this run",
+          "[durable][recovery][deadline]") {
+  TempDir dir("laneq-durable");
+  const auto path = dir.file("q.db");
+  const auto now = std::chrono::system_clock::now();
+  const int normal = static_cast<int>(Priority::normal);
+  {  // an earlier run's rows: "due" was given a deadline (its lane's timeout then)
+    auto journal = Journal::open({.path = path});
+    journal->append({.id = "slow", .priority = normal, .request = request("slow"),
+                     .enqueued_at = now - 2s},
+                    {});
+    journal->append({.id = "due", .priority = normal, .request = request("due"),
+                     .enqueued_at = now - 1s, .deadline = now + 300ms},
+                    {});
+  }
+  Reports reports;
+  asio::io_context io;
+  RecordingProvider provider({.latency_fn = [](const laneq::Request& r, auto&) {
+    return std::chrono::nanoseconds(r.id == "slow" ? 1500ms : 1ms);
+  }});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1,
+                             .lanes = {{.priority = Priority::normal}},  // no timeout now
+                             .journal = {.path = path},
+                             .on_durable_result = reports.callback()});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> { co_await queue.shutdown({.drain = true}); });
+  // "slow" holds the only worker for 1.5 s; "due" expires in the queue at ~300 ms, before it
+  // (the lane's default - none now - was applied instead: it waited, to expire when taken).
+  const auto all = reports.all();
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].id == "due");
+  CHECK(all[0].ec == errc::timeout);
+  CHECK(all[1].id == "slow");
+  CHECK(provider.ids() == ids{"slow"});
+}
+
 TEST_CASE("rows in flight when their run ended mid-call run again in the next one with every "
           "attempt counted",
           "[durable][recovery]") {

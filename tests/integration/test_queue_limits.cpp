@@ -308,6 +308,43 @@ TEST_CASE("a retried request whose deadline passes while it waits to retry times
   CHECK(provider.calls() <= 6);
 }
 
+TEST_CASE("a draining shutdown that waits only for a retry's back-off finishes when that "
+          "request is cancelled",
+          "[queue][retry][shutdown]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 1ms});
+  provider.script({.error = errc::server_error, .status = 502});
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 1, .retry = {.max_attempts = 3, .base_delay = 60s, .max_delay = 60s}});
+  queue.start();
+  asio::cancellation_signal sig;
+  std::error_code got, shut{errc::internal};
+  int completions = 0, shutdowns = 0;
+  queue.async_submit(chat(), {},
+                     asio::bind_cancellation_slot(sig.slot(), [&](std::error_code ec, laneq::Response) {
+                       got = ec;
+                       ++completions;
+                     }));
+  // The first call fails; the request waits 60 s for its retry, the worker is parked.
+  laneq::test::run_until(io, [&] { return provider.calls() == 1 && provider.in_flight() == 0; });
+  io.poll();
+  CHECK(completions == 0);
+  queue.async_shutdown({.drain = true}, [&](std::error_code ec) {
+    shut = ec;
+    ++shutdowns;
+  });
+  io.poll();
+  CHECK(shutdowns == 0);  // draining: the retry is still to come
+  sig.emit(asio::cancellation_type::terminal);
+  io.run_for(5s);  // returns at once when the shutdown finished (nothing left to run)
+  CHECK(completions == 1);
+  CHECK(got == errc::cancelled);
+  CHECK(shutdowns == 1);
+  CHECK_FALSE(shut);
+  CHECK(provider.calls() == 1);
+}
+
 TEST_CASE("a jitter source that throws or goes out of range does not stop the retry",
           "[queue][retry]") {
   asio::io_context io;

@@ -484,6 +484,34 @@ TEST_CASE("a request whose deadline passes while queued fails with timeout and n
   CHECK(queue.metrics().total.expired == 1);
 }
 
+TEST_CASE("a timeout of milliseconds::max() is no deadline: per request, over the lane's, and "
+          "as a lane's own timeout or age step",
+          "[queue][deadline]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 30ms});
+  constexpr auto forever = std::chrono::milliseconds::max();
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 1,
+       .lanes = {{.priority = Priority::high, .timeout = 1ms},
+                 {.priority = Priority::normal, .timeout = forever, .age_step = forever}}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    // now + max() overflowed the clock's nanoseconds: it expired at once (or never, by luck)
+    auto [ec, r] = co_await queue.async_submit(chat("over-lane"),
+                                               {.priority = Priority::high, .timeout = forever},
+                                               tuple_awaitable);
+    CHECK_FALSE(ec);
+    auto [ec2, r2] = co_await queue.async_submit(chat("lane"), {.priority = Priority::normal},
+                                                 tuple_awaitable);
+    CHECK_FALSE(ec2);
+    auto [ec3, r3] = co_await queue.async_submit(chat("lane-default"), {.priority = Priority::high},
+                                                 tuple_awaitable);
+    CHECK(ec3 == errc::timeout);  // the 1 ms lane itself still times out
+    co_await queue.shutdown();
+  });
+}
+
 TEST_CASE("a request whose deadline passed before the queue's timer could run (a busy loop) is "
           "not handed to a worker: it expires, and a drain shutdown still ends",
           "[queue][deadline]") {
@@ -844,6 +872,7 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
   expect({.workers = 2, .reserved_workers = 1, .lanes = {{.priority = Priority::normal}}},
          "reserved");
   expect({.client_weights = {{"x", 0}}}, "client_weights");
+  expect({.client_weights = {{std::string(64, 'x'), 2}}}, "longer than a client name");
   expect({.quantum = 0}, "quantum");
   expect({.lanes = {{.priority = Priority::high, .name = "x"}, {.priority = Priority::low, .name = "x"}}},
          "name");
