@@ -1,5 +1,7 @@
 #include "laneq/providers/anthropic.hpp"
 
+#include <string>
+#include <system_error>
 #include <utility>
 
 #include "laneq/providers/anthropic_format.hpp"
@@ -10,6 +12,10 @@ namespace laneq {
 
 AnthropicProvider::AnthropicProvider(Transport& transport, AnthropicConfig config)
     : transport_(transport), default_max_tokens_(config.default_max_tokens) {
+  if (default_max_tokens_ <= 0)  // every request without its own max_tokens would be refused
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            "Anthropic: AnthropicConfig::default_max_tokens must be >= 1 (got " +
+                                std::to_string(default_max_tokens_) + ")");
   auto ep = detail::resolve_endpoint(std::move(config.api_key), "ANTHROPIC_API_KEY",
                                      std::move(config.base_url), "ANTHROPIC_BASE_URL",
                                      "https://api.anthropic.com", "/v1/messages", "Anthropic");

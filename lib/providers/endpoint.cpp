@@ -1,5 +1,6 @@
 #include "endpoint.hpp"
 
+#include <cctype>
 #include <cstdlib>
 #include <system_error>
 
@@ -17,8 +18,8 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
                           const char* provider) {
   if (key.empty())
     if (const char* v = std::getenv(key_env)) key = v;
-  if (base.empty())
-    if (const char* v = std::getenv(base_env)) base = v;
+  const bool base_from_env = base.empty() && std::getenv(base_env) != nullptr;
+  if (base_from_env) base = std::getenv(base_env);
   const bool custom_base = !base.empty();
   if (key.empty() && !custom_base)
     throw std::system_error(make_error_code(errc::invalid_config),
@@ -26,6 +27,13 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
                                 " (or the config's api_key), or a base URL (" + base_env +
                                 ") for an endpoint that needs none");
   if (!custom_base) base = default_base;
+  std::string scheme = base.substr(0, 8);  // schemes are case-insensitive
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!scheme.starts_with("http://") && !scheme.starts_with("https://"))  // curl would guess one
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            std::string(provider) + ": the base URL \"" + base + "\"" +
+                                (base_from_env ? std::string(" (from ") + base_env + ")" : "") +
+                                " must start with http:// or https://");
   while (!base.empty() && base.back() == '/') base.pop_back();
   std::string url = base;
   // "/v1/chat/completions" after a base that already ends in "/v1": append the rest only.

@@ -336,6 +336,28 @@ TEST_CASE("API keys never appear in errors - no key and no base URL is a clear c
   ::unsetenv("ANTHROPIC_BASE_URL");
   laneq::OpenAIProvider sdk_style(transport, {.base_url = "http://127.0.0.1:9/v1"});
   CHECK(sdk_style.url() == "http://127.0.0.1:9/v1/chat/completions");
+  CHECK(laneq::OpenAIProvider(transport, {.base_url = "HTTPS://example.test"}).url() ==
+        "HTTPS://example.test/v1/chat/completions");
+
+  // A base URL without its scheme (curl would guess http://, a key would go out in the clear)
+  // and an Anthropic default max_tokens that every request would be refused for.
+  const auto config_error = [](auto make, const std::string& says) {
+    try {
+      make();
+      FAIL("accepted: " + says);
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      CHECK_THAT(e.what(), Catch::Contains(says));
+    }
+  };
+  config_error([&] { laneq::OpenAIProvider(transport, {.api_key = "k", .base_url = "api.openai.com"}); },
+               "\"api.openai.com\" must start with http:// or https://");
+  ::setenv("ANTHROPIC_BASE_URL", "127.0.0.1:9", 1);
+  config_error([&] { laneq::AnthropicProvider(transport, {.api_key = "k"}); },
+               "(from ANTHROPIC_BASE_URL) must start with");
+  ::unsetenv("ANTHROPIC_BASE_URL");
+  config_error([&] { laneq::AnthropicProvider(transport, {.api_key = "k", .default_max_tokens = 0}); },
+               "default_max_tokens must be >= 1");
 }
 
 namespace {

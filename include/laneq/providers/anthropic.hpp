@@ -20,7 +20,8 @@ struct AnthropicConfig {
 class AnthropicProvider final : public Provider {
  public:
   // Throws std::system_error(errc::invalid_config) when there is no API key and no custom
-  // base URL. The key never appears in errors or logs.
+  // base URL, a base URL does not start with http:// or https://, or default_max_tokens < 1.
+  // The key never appears in errors or logs.
   AnthropicProvider(Transport& transport, AnthropicConfig config = {});
 
   void async_call(const Request& request, const CallContext& ctx,

@@ -21,7 +21,8 @@ struct OpenAIConfig {
 class OpenAIProvider final : public Provider {
  public:
   // Throws std::system_error(errc::invalid_config) when there is no API key and no custom
-  // base URL (a local endpoint may need no key). The key never appears in errors or logs.
+  // base URL (a local endpoint may need no key), or a base URL does not start with http:// or
+  // https://. The key never appears in errors or logs.
   OpenAIProvider(Transport& transport, OpenAIConfig config = {});
 
   void async_call(const Request& request, const CallContext& ctx,
