@@ -544,12 +544,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     }
     if (stopping_) return reject(op, errc::shutting_down);
     if (op->options.durable && !journal_) return reject(op, errc::no_journal);
-    // A failed parse's value (json::parse(text, nullptr, false)) cannot be journaled: stored as
-    // null, a recovered copy would be sent without it, where this run's call is refused.
-    if (op->options.durable && !recovered && op->request.extra.is_discarded())
+    // Merged into the request body: anything but an object could never be sent. Said now, not
+    // after the queue wait and a rate-limit grant; and a failed parse's value (discarded) could
+    // not be journaled as it is.
+    if (const auto& x = op->request.extra; !recovered && !x.is_null() && !x.is_object())
       return reject(op, errc::bad_request,
-                    "Request::extra is a discarded JSON value (a failed parse): a durable request "
-                    "must be journaled as it is sent");
+                    std::string("Request::extra must be a JSON object or null, not ") +
+                        (x.is_discarded() ? "a discarded value (a failed parse)" : x.type_name()));
     // A recovered request was acknowledged in an earlier run: the per-client limit must not
     // fail it now (only its deadline ends it); enqueue() lets it past the scheduler's too.
     if (!recovered && cfg_.max_pending_per_client != 0 &&
@@ -1138,6 +1139,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (r.status >= 200 && r.status < 300)
       return {1, std::max(estimate.input_tokens, in), std::max(estimate.output_tokens, out)};
     if (r.status != 0) return {1, 0, 0};
+    // No HTTP status: refused before it was sent (a provider could not build it) costs nothing;
+    // no answer (network, cancelled) is unknown, so the estimate stands.
+    if (ec == errc::bad_request) return {0, 0, 0};
     return estimate;
   }
 

@@ -432,8 +432,8 @@ TEST_CASE("reconciliation returns unused tokens so later requests need not wait"
   CHECK(b.available >= 1000 - 20 * 20);
 }
 
-TEST_CASE("a call that fails after a 2xx keeps its tokens charged; one the server refused "
-          "costs none",
+TEST_CASE("a call that fails after a 2xx keeps its tokens charged; one the server refused, or "
+          "that was refused before it was sent, costs none",
           "[queue][limits]") {
   asio::io_context io;
   laneq::SimulatedProvider provider;
@@ -452,6 +452,11 @@ TEST_CASE("a call that fails after a 2xx keeps its tokens charged; one the serve
     provider.script({.error = errc::bad_request, .status = 400});
     auto [e2, r2] = co_await queue.async_submit(chat("x", 400), {}, tuple_awaitable);
     CHECK(e2 == errc::bad_request);
+    CHECK(available() == after_first);
+    // refused before sending (no HTTP status: a provider could not build the request): nothing
+    provider.script({.error = errc::bad_request, .status = 0});
+    auto [e3, r3] = co_await queue.async_submit(chat("x", 400), {}, tuple_awaitable);
+    CHECK(e3 == errc::bad_request);
     CHECK(available() == after_first);
     co_await queue.shutdown();
   });

@@ -887,6 +887,36 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
   CHECK_THROWS_AS(laneq::SubmitOptions{.client = std::string(64, 'x')}, std::length_error);
 }
 
+TEST_CASE("a Request::extra that is not a JSON object is refused at submit with bad_request, "
+          "before any wait or call",
+          "[queue][errors]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    for (const auto& [extra, says] :
+         std::vector<std::pair<nlohmann::json, std::string>>{
+             {nlohmann::json::array({1, 2}), "not array"},
+             {"temperature=0", "not string"},
+             {nlohmann::json::parse("{", nullptr, false), "not a discarded value"}}) {
+      laneq::Request req = chat("bad");
+      req.extra = extra;
+      auto [ec, r] = co_await queue.async_submit(req, {}, tuple_awaitable);
+      CHECK(ec == errc::bad_request);
+      CHECK_THAT(r.error_message, Catch::Contains("Request::extra must be a JSON object") &&
+                                      Catch::Contains(says));
+    }
+    laneq::Request ok = chat("ok");
+    ok.extra = {{"temperature", 0}};
+    auto [ec, r] = co_await queue.async_submit(ok, {}, tuple_awaitable);
+    CHECK_FALSE(ec);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen() == std::vector<std::string>{"ok"});
+  CHECK(queue.metrics().total.rejected == 3);
+}
+
 TEST_CASE("provider failures reach the caller with their code and details", "[queue][errors]") {
   asio::io_context io;
   laneq::SimulatedProvider provider;
