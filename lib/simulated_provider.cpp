@@ -29,6 +29,22 @@ Response make_response(std::error_code ec, int status, Headers headers, std::int
   return r;
 }
 
+// What a server answers with each outcome (SimulatedOutcome::status = 0).
+int usual_status(std::error_code ec) {
+  if (!ec || ec == errc::malformed_response) return 200;
+  if (ec.category() != error_category()) return 0;
+  switch (static_cast<errc>(ec.value())) {
+    case errc::rate_limited:
+    case errc::quota_exceeded: return 429;
+    case errc::overloaded: return 529;
+    case errc::server_error: return 500;
+    case errc::auth: return 401;
+    case errc::bad_request: return 400;
+    case errc::request_too_large: return 413;
+    default: return 0;  // no HTTP exchange: network, timeout, ...
+  }
+}
+
 }  // namespace
 
 SimulatedProvider::SimulatedProvider(SimulatedProviderConfig config)
@@ -44,7 +60,7 @@ SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
   // Nothing random or scripted to decide: no lock (the B1 no-op path).
   if (!cfg_.latency_fn && !cfg_.usage_fn && cfg_.jitter.count() <= 0 && cfg_.failure_rate <= 0 &&
       scripted_.load(std::memory_order_acquire) == 0)
-    return {cfg_.latency, {}};
+    return {cfg_.latency, {.status = 200}};
   std::lock_guard lock(mu_);
   plan p{cfg_.latency, {}};
   if (cfg_.latency_fn) {
@@ -64,6 +80,7 @@ SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
     p.outcome.error = cfg_.failure;
     p.outcome.status = cfg_.failure_status;
   }
+  if (p.outcome.status == 0) p.outcome.status = usual_status(p.outcome.error);
   return p;
 }
 

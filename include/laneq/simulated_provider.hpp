@@ -26,14 +26,17 @@ struct SimulatedProviderConfig {
   std::function<Usage(const Request&, std::mt19937_64&)> usage_fn{};
   double failure_rate = 0.0;                 // share of calls failing with `failure`
   std::error_code failure = errc::server_error;
-  int failure_status = 500;
+  int failure_status = 0;                    // 0 = the failure's usual status (see below)
   std::uint64_t seed = 42;
 };
 
 // One scripted answer; consumed in order before random behaviour applies.
 struct SimulatedOutcome {
   std::error_code error{};                   // empty = success
-  int status = 200;
+  // HTTP status; 0 = the outcome's usual one: 200 for success and malformed_response,
+  // rate_limited / quota_exceeded 429, overloaded 529, server_error 500, auth 401,
+  // bad_request 400, request_too_large 413, anything else (network, timeout, ...) none (0).
+  int status = 0;
   Headers headers{};
   std::optional<std::chrono::nanoseconds> latency{};
 };

@@ -345,6 +345,35 @@ TEST_CASE("a draining shutdown that waits only for a retry's back-off finishes w
   CHECK(provider.calls() == 1);
 }
 
+TEST_CASE("SimulatedProvider answers an injected failure with its usual HTTP status unless one "
+          "is given",
+          "[queue][simulated]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.failure_rate = 1.0, .failure = errc::overloaded});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .retry = {.max_attempts = 1}});
+  queue.start();
+  const std::vector<std::pair<laneq::SimulatedOutcome, int>> cases = {
+      {{.error = errc::rate_limited}, 429},      {{.error = errc::quota_exceeded}, 429},
+      {{.error = errc::auth}, 401},              {{.error = errc::bad_request}, 400},
+      {{.error = errc::request_too_large}, 413}, {{.error = errc::server_error}, 500},
+      {{.error = errc::network}, 0},             {{.error = errc::malformed_response}, 200},
+      {{.error = errc::server_error, .status = 502}, 502},
+      {{}, 200}};
+  for (const auto& [outcome, status] : cases) provider.script(outcome);
+  run(io, [&]() -> asio::awaitable<void> {
+    for (const auto& [outcome, status] : cases) {
+      auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+      CHECK(ec == outcome.error);
+      CHECK(r.status == status);
+    }
+    // unscripted: the configured failure (overloaded), with its status
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(ec == errc::overloaded);
+    CHECK(r.status == 529);
+    co_await queue.shutdown();
+  });
+}
+
 TEST_CASE("a jitter source that throws or goes out of range does not stop the retry",
           "[queue][retry]") {
   asio::io_context io;
