@@ -95,6 +95,26 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     return specs;
   }
 
+  // New limits, under the lock: budgets keep what was spent; added or removed ones (or smooth
+  // switched) make a new set that takes the old one's history.
+  void apply(const RateLimits& l) {
+    const auto old_l = limits_of(limits), now_l = limits_of(l);
+    bool same_shape = l.smooth == limits.smooth;
+    for (std::size_t k = 0; k < k_count; ++k) same_shape = same_shape && ((old_l[k] == 0) == (now_l[k] == 0));
+    if (same_shape) {
+      for (std::size_t k = 0; k < k_count; ++k)
+        if (index[k] != npos) budgets.set_limit(index[k], now_l[k], l.period);
+    } else {
+      const auto old_index = index;
+      RateBudgets old = std::move(budgets);
+      budgets = RateBudgets(specs_for(l), old.next_ticket());
+      for (std::size_t k = 0; k < k_count; ++k)
+        if (old_index[k] != npos && index[k] != npos) budgets.take_history(index[k], old, old_index[k]);
+      budgets.pause_until(old.paused_until());
+    }
+    limits = l;
+  }
+
   std::vector<std::int64_t> costs(const RateCost& c) const {
     std::vector<std::int64_t> out(budgets.size(), 0);
     for (std::size_t k = 0; k < k_count; ++k)
@@ -342,6 +362,22 @@ void RateLimiter::observe(const RateLimitInfo& info) {
     const std::array<const RateLimitInfo::Bucket*, k_count> buckets = {
         &info.requests, &info.tokens, &info.input_tokens, &info.output_tokens};
     const bool per_minute = s.limits.period == std::chrono::minutes(1);
+    if (s.limits.adopt_server_limits) {
+      // The server's limits, up or down; a kind the config left at 0 gets a budget of its own.
+      RateLimits adopted = s.limits;
+      for (std::size_t k = 0; k < k_count; ++k) {
+        const auto& b = *buckets[k];
+        if (!b.limit || *b.limit <= 0) continue;
+        // Providers state limits per minute; our budget counts per `period`.
+        // (capped at 2^50 before the conversion: a server's absurd limit must not overflow it)
+        limit_field(adopted, static_cast<kind>(k)) = std::max<std::int64_t>(
+            1, static_cast<std::int64_t>(std::min<long double>(
+                   static_cast<long double>(*b.limit) * s.limits.period.count() /
+                       std::chrono::nanoseconds(std::chrono::minutes(1)).count(),
+                   static_cast<long double>(std::int64_t{1} << 50))));
+      }
+      if (limits_of(adopted) != limits_of(s.limits)) s.apply(adopted);
+    }
     for (std::size_t k = 0; k < k_count; ++k) {
       const auto i = s.index[k];
       const auto& b = *buckets[k];
@@ -349,19 +385,6 @@ void RateLimiter::observe(const RateLimitInfo& info) {
       if (b.remaining && *b.remaining == 0 && b.reset_after && b.reset_after->count() > 0)
         s.pause(*b.reset_after);
       if (i == detail::limiter_state::npos) continue;
-      if (s.limits.adopt_server_limits && b.limit && *b.limit > 0) {
-        // Providers state limits per minute; our budget counts per `period`.
-        // (capped at 2^50 before the conversion: a server's absurd limit must not overflow it)
-        const auto scaled = std::max<std::int64_t>(
-            1, static_cast<std::int64_t>(std::min<long double>(
-                   static_cast<long double>(*b.limit) * s.limits.period.count() /
-                       std::chrono::nanoseconds(std::chrono::minutes(1)).count(),
-                   static_cast<long double>(std::int64_t{1} << 50))));
-        if (scaled != s.budgets.spec(i).limit) {
-          s.budgets.set_limit(i, scaled, s.limits.period);
-          limit_field(s.limits, static_cast<kind>(k)) = scaled;
-        }
-      }
       // `remaining` counts the server's minute; it only compares with a per-minute budget. An
       // exhausted bucket with a reset paused above; without one (missing, unreadable) the
       // budget is spent instead, so its units come back within the minute.
@@ -393,23 +416,7 @@ void RateLimiter::set_limits(RateLimits limits) {
   detail::limiter_state::ready_list ready;
   {
     std::lock_guard lock(s.mu);
-    const auto old = limits_of(s.limits), now_l = limits_of(limits);
-    bool same_shape = limits.smooth == s.limits.smooth;
-    for (std::size_t k = 0; k < k_count; ++k) same_shape = same_shape && ((old[k] == 0) == (now_l[k] == 0));
-    if (same_shape) {
-      for (std::size_t k = 0; k < k_count; ++k)
-        if (s.index[k] != detail::limiter_state::npos)
-          s.budgets.set_limit(s.index[k], now_l[k], limits.period);
-    } else {  // budgets added or removed, or smooth switched: a new set, with what was spent
-      const auto old_index = s.index;
-      RateBudgets old = std::move(s.budgets);
-      s.budgets = RateBudgets(s.specs_for(limits), old.next_ticket());
-      for (std::size_t k = 0; k < k_count; ++k)
-        if (old_index[k] != detail::limiter_state::npos && s.index[k] != detail::limiter_state::npos)
-          s.budgets.take_history(s.index[k], old, old_index[k]);
-      s.budgets.pause_until(old.paused_until());
-    }
-    s.limits = limits;
+    s.apply(limits);
     s.service(ready);  // grants, or exceeds_rate_limit for waiters that can never fit now
   }
   detail::limiter_state::run(ready);

@@ -44,8 +44,8 @@ struct RateLimits {
   std::chrono::nanoseconds period = std::chrono::minutes(1);
   bool smooth = false;             // space starts period / limit apart (no bursts)
   // Adopt the limits the server reports (x-ratelimit-limit-*, anthropic-ratelimit-*-limit, per
-  // minute, scaled to `period`), up or down. Off: the configured limits stand; the server can
-  // only lower what remains.
+  // minute, scaled to `period`), up or down; a kind left at 0 here gets a budget of the
+  // server's. Off: the configured limits stand; the server can only lower what remains.
   bool adopt_server_limits = false;
 
   bool empty() const noexcept {

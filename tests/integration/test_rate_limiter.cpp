@@ -609,6 +609,27 @@ TEST_CASE("server limits are adopted only with adopt_server_limits, scaled to th
     CHECK(snap.budgets[1].name == "output_tokens");
     CHECK(snap.budgets[1].limit == 4000);
   }
+  SECTION("on: a kind the config did not set gets a budget of the server's, keeping what was "
+          "spent") {
+    RateLimiter alone(io.get_executor(), {.adopt_server_limits = true});
+    alone.observe(openai);
+    auto snap = alone.snapshot();
+    REQUIRE(snap.budgets.size() == 2);
+    CHECK(snap.budgets[0].limit == 600);
+    CHECK(snap.budgets[1].limit == 90000);
+    CHECK_FALSE(alone.fits(tokens(90001)));
+
+    RateLimiter some(io.get_executor(), {.requests = 50, .adopt_server_limits = true});
+    REQUIRE(some.try_acquire(tokens(10)) != 0);
+    some.observe(openai);
+    snap = some.snapshot();
+    REQUIRE(snap.budgets.size() == 2);
+    CHECK(snap.budgets[0].name == "requests");
+    CHECK(snap.budgets[0].limit == 600);
+    CHECK(snap.budgets[0].available == 599);  // the request spent before stays spent
+    CHECK(snap.budgets[1].name == "tokens");
+    CHECK(snap.budgets[1].limit == 90000);
+  }
   SECTION("on: an absurd limit is capped, not overflowed") {
     RateLimiter lim(io.get_executor(), {.tokens = 1000, .period = 10min,
                                         .adopt_server_limits = true});
