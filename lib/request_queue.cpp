@@ -1257,8 +1257,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void on_timer() {
     timer_expiry_ = never;
     const auto now = steady::now();
+    // Expired waiting for a start() that never came: the caller's bug, said as such.
+    const errc expired = started_ ? errc::timeout : errc::not_started;
     while (auto item = sched_.pop_expired(now))
-      finish(reinterpret_cast<op_ptr>(item->payload), errc::timeout, Metrics::Outcome::expired,
+      finish(reinterpret_cast<op_ptr>(item->payload), expired, Metrics::Outcome::expired,
              Metrics::From::queued);
     while (!retry_waits_.empty() && retry_waits_.begin()->first <= now) {
       op_ptr op = retry_waits_.begin()->second;
@@ -1268,7 +1270,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     while (!wait_deadlines_.empty() && wait_deadlines_.begin()->first <= now) {
       op_ptr op = wait_deadlines_.begin()->second;
       unlink_waiting(op);
-      finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::waiting);
+      finish(op, expired, Metrics::Outcome::expired, Metrics::From::waiting);
     }
     auto next = sched_.next_deadline().value_or(never);
     if (!wait_deadlines_.empty()) next = std::min(next, wait_deadlines_.begin()->first);

@@ -14,7 +14,7 @@ enum class errc : int {
   shutting_down,          // shutdown() stopped admission, or drain=false dropped it
   unknown_lane,           // SubmitOptions::priority names no configured lane
   invalid_config,         // a config field is out of range (the exception text names it)
-  not_started,            // reserved for callers; queue.start() was never called
+  not_started,            // expired in a queue whose start() was never called
   exceeds_rate_limit,     // the request's cost exceeds a rate budget's whole limit: it could never run
   // provider outcomes a caller can branch on
   rate_limited,           // HTTP 429 (retryable)

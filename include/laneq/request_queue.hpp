@@ -127,7 +127,8 @@ class RequestQueue {
   RequestQueue(const RequestQueue&) = delete;
   RequestQueue& operator=(const RequestQueue&) = delete;
 
-  // co_spawns the worker coroutines, once. Submits made before start() wait in the queue.
+  // co_spawns the worker coroutines, once. Submits made before start() wait in the queue (one
+  // whose deadline passes before it fails with not_started). After shutdown it does nothing.
   void start();
 
   // Queues a request; completes with void(std::error_code, Response), exactly once, on the

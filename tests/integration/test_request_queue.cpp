@@ -512,6 +512,26 @@ TEST_CASE("a timeout of milliseconds::max() is no deadline: per request, over th
   });
 }
 
+TEST_CASE("a request that expires in a queue whose start() was never called fails with "
+          "not_started, not a plain timeout",
+          "[queue][deadline][errors]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .max_pending = 1});
+  std::error_code queued, waiting;
+  queue.async_submit(chat("queued"), {.timeout = 20ms}, [&](std::error_code ec, auto) { queued = ec; });
+  queue.async_submit(chat("waiting"), {.timeout = 30ms}, [&](std::error_code ec, auto) { waiting = ec; });
+  run_until(io, [&] { return queued && waiting; });
+  CHECK(queued == errc::not_started);
+  CHECK(waiting == errc::not_started);
+  CHECK_THAT(queued.message(), Catch::Contains("start()"));
+  CHECK(provider.seen().empty());
+  CHECK(queue.metrics().total.expired == 2);
+  // (Started, the same expiry is a timeout: "a request whose deadline passes while queued ...")
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+}
+
 TEST_CASE("a request whose deadline passed before the queue's timer could run (a busy loop) is "
           "not handed to a worker: it expires, and a drain shutdown still ends",
           "[queue][deadline]") {
