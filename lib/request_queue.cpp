@@ -511,11 +511,17 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (!recovered) op->submitted_at = now;
     const auto lane = sched_.lane_index(static_cast<int>(op->options.priority));
     if (lane == Scheduler::npos) {
+      // Which lanes there are: SubmitOptions::priority defaults to normal, which a queue of
+      // custom lanes may not have.
+      Response r;
+      r.error_message = "SubmitOptions::priority " +
+                        std::to_string(static_cast<int>(op->options.priority)) +
+                        " names no lane of this queue; its lanes: " + lane_list();
       // A recovered one's row must end too. Not through reject(): it would count the request
       // in lane 0 (op->lane), a lane it never had; like a submit naming no lane, none counts it.
       if (recovered)
-        return settle_durable(op, errc::unknown_lane, Metrics::Outcome::failed, Response{});
-      op->complete(errc::unknown_lane, Response{});
+        return settle_durable(op, errc::unknown_lane, Metrics::Outcome::failed, std::move(r));
+      op->complete(errc::unknown_lane, std::move(r));
       return;
     }
     op->lane = static_cast<std::uint16_t>(lane);
@@ -584,6 +590,16 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->options.durable && (!op->durable || op->durable->row == 0))
       return start_journaling(op, now);
     place(op);
+  }
+
+  // "critical (0), batch (10)": the lanes by rank, with their priority values.
+  std::string lane_list() const {
+    std::string out;
+    for (const LaneConfig* l : lanes_by_rank(sched_, cfg_)) {
+      if (!out.empty()) out += ", ";
+      out += lane_name(*l) + " (" + std::to_string(static_cast<int>(l->priority)) + ")";
+    }
+    return out;
   }
 
   // Admitted: into the scheduler, or the waiting list when it is full.

@@ -211,8 +211,9 @@ class RequestQueue {
   // queue; exact per counter, not one instant across counters (see Metrics).
   MetricsSnapshot metrics() const;
 
-  // The limiter for `model` (its own when model_rate_limits names it, else the queue's), e.g.
-  // for set_limits() at runtime or snapshot(). Thread-safe.
+  // The limiter for `model` (its own when model_rate_limits names it, else the queue's, shared
+  // by every model it does not name), e.g. for set_limits() at runtime or snapshot().
+  // Thread-safe.
   RateLimiter& limiter(std::string_view model = {});
 
   // DRR weight of a client (>= 1), from its next turn. Thread-safe (posts to the strand).

@@ -937,6 +937,28 @@ TEST_CASE("a Request::extra that is not a JSON object is refused at submit with 
   CHECK(queue.metrics().total.rejected == 3);
 }
 
+TEST_CASE("a priority that names no lane fails with unknown_lane, and the message lists the "
+          "queue's lanes",
+          "[queue][errors]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1,
+                             .lanes = {{.priority = Priority::background, .name = "batch"},
+                                       {.priority = Priority::critical}}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    // SubmitOptions::priority defaults to normal, which these lanes do not include
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(ec == errc::unknown_lane);
+    CHECK(r.error_message ==
+          "SubmitOptions::priority 5 names no lane of this queue; its lanes: critical (0), "
+          "batch (10)");
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen().empty());
+}
+
 TEST_CASE("provider failures reach the caller with their code and details", "[queue][errors]") {
   asio::io_context io;
   laneq::SimulatedProvider provider;
