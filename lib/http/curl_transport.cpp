@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -34,6 +36,21 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
+}
+
+// Settings curl would take and misuse (a negative timeout; a CA file it cannot read, which
+// fails every TLS call as a network error, retried): said at construction instead.
+void validate(const CurlTransportConfig& c) {
+  const auto bad = [](const std::string& what) {
+    throw std::system_error(make_error_code(errc::invalid_config), "CurlTransportConfig::" + what);
+  };
+  if (c.connect_timeout.count() < 0) bad("connect_timeout must be >= 0");
+  if (c.timeout.count() < 0) bad("timeout must be >= 0");
+  if (!c.ca_file.empty()) {
+    std::FILE* f = std::fopen(c.ca_file.c_str(), "rb");
+    if (f == nullptr) bad("ca_file \"" + c.ca_file + "\" cannot be read: " + std::strerror(errno));
+    std::fclose(f);
+  }
 }
 
 }  // namespace
@@ -72,6 +89,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
  public:
   curl_engine(Transport::executor_type ex, CurlTransportConfig cfg)
       : cfg_(std::move(cfg)), strand_(asio::make_strand(ex)), timer_(strand_) {
+    validate(cfg_);
     global_init();
     multi_ = curl_multi_init();
     if (!multi_)

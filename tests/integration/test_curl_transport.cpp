@@ -163,6 +163,25 @@ TEST_CASE("a refused connection is a network error - not a hang", "[transport]")
   CHECK(ec == errc::network);
 }
 
+TEST_CASE("settings curl would misuse are refused at construction, naming the field",
+          "[transport][config]") {
+  asio::io_context io;
+  const auto refused = [&](laneq::CurlTransportConfig c, const std::string& says) {
+    try {
+      laneq::CurlTransport t(io.get_executor(), std::move(c));
+      FAIL("accepted: " + says);
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      CHECK_THAT(e.what(), Catch::Contains(says));
+    }
+  };
+  refused({.connect_timeout = std::chrono::milliseconds(-1)}, "connect_timeout must be >= 0");
+  refused({.timeout = std::chrono::milliseconds(-5)}, "timeout must be >= 0");
+  refused({.ca_file = "/nonexistent/laneq-ca.pem"},
+          "ca_file \"/nonexistent/laneq-ca.pem\" cannot be read: No such file");
+  laneq::CurlTransport fine(io.get_executor(), {.connect_timeout = std::chrono::milliseconds(0)});
+}
+
 TEST_CASE("cancelling a transfer aborts it and the server sees the connection close",
           "[transport]") {
   laneq::mock::MockServerThread mock({.latency = 5s});

@@ -25,7 +25,7 @@ struct CurlTransportConfig {
   std::string ca_file{};                                   // "" = the system's CA bundle
   bool verify_tls = true;                                  // false only for local experiments
   std::string proxy{};                                     // "" = from the environment
-  std::chrono::milliseconds connect_timeout{10'000};
+  std::chrono::milliseconds connect_timeout{10'000};        // >= 0; 0 = curl's (300 s)
   std::chrono::milliseconds timeout{0};                    // per exchange; 0 = none (deadlines
                                                            // cancel instead)
   bool http2 = true;                                       // offer h2 over TLS (ALPN)
@@ -43,7 +43,8 @@ class curl_engine;
 
 class CurlTransport final : public Transport {
  public:
-  // Throws std::system_error(errc::invalid_config) when libcurl cannot be set up.
+  // Throws std::system_error(errc::invalid_config) for a negative timeout, a ca_file that
+  // cannot be read, or when libcurl cannot be set up.
   explicit CurlTransport(executor_type ex, CurlTransportConfig config = {});
   ~CurlTransport() override;
   CurlTransport(const CurlTransport&) = delete;
