@@ -35,8 +35,9 @@ class Provider {
   // Starts one call. `request` stays valid until `done` is invoked; `ctx` only during this
   // call (copy its executor or slot to keep them). Must not invoke `done` inline (post it)
   // and must not block. Cancellation: when `ctx.cancel` is emitted the call is
-  // aborted and `done` gets an error (any; the queue reports `cancelled` or `timeout`). The
-  // queue emits `ctx.cancel` on `ctx.executor`. Failures are reported through `done`, never thrown.
+  // aborted and `done` gets an error (any; the queue reports `cancelled` or `timeout`), posted
+  // too: never from inside the cancellation handler. The queue emits `ctx.cancel` on
+  // `ctx.executor`. Failures are reported through `done`, never thrown.
   virtual void async_call(const Request& request, const CallContext& ctx,
                           CallCompletion done) noexcept = 0;
 
