@@ -217,6 +217,83 @@ TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
                dir.file("garbage.db")});
   CHECK(r.code == 2);
   CHECK(r.err.find("garbage.db") != std::string::npos);
+  r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("in.jsonl"), "--mock"});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("is the input file") != std::string::npos);
+  CHECK(count_lines(dir.file("in.jsonl")) == 2);  // not truncated
+}
+
+TEST_CASE("input lines with fields of the wrong type, or a bad line reusing a custom_id, are "
+          "bad lines: the run goes on and every custom_id is in the output once",
+          "[cli]") {
+  TempDir dir;
+  auto lines = good_lines(2);
+  lines.push_back(R"({"custom_id":"m","method":1,"url":"/v1/chat/completions","body":{}})");
+  lines.push_back(R"({"custom_id":"req-0","url":"/v1/embeddings","body":{}})");  // req-0 again
+  lines.push_back(R"({"custom_id":"t","url":"/v1/chat/completions","body":{"model":"m",)"
+                  R"("messages":[{"role":"user","content":[{"type":5,"text":"x"}]}]}})");
+  write_lines(dir.file("in.jsonl"), lines);
+  const auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--mock",
+                          "--mock-latency-ms", "1", "--progress", "none"});
+  CHECK(r.code == 1);
+  const auto out = read_output(dir.file("out.jsonl"));
+  REQUIRE(out.size() == 5);
+  const auto ids = ids_in(out);
+  CHECK(ids == std::map<std::string, int>{{"req-0", 1}, {"req-1", 1}, {"m", 1}, {"t", 1}});
+  CHECK(r.err.find("2 of 5 lines succeeded, 3 failed") != std::string::npos);
+}
+
+TEST_CASE("the CLI's timeout flag bounds each call attempt: a call slower than it fails as a "
+          "network error",
+          "[cli]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--mock",
+                          "--mock-latency-ms", "20000", "--timeout", "1", "--max-attempts", "1",
+                          "--progress", "none"});
+  CHECK(r.code == 1);
+  CHECK(std::chrono::steady_clock::now() - t0 < 15s);  // not the mock's 20 s
+  const auto out = read_output(dir.file("out.jsonl"));
+  REQUIRE(out.size() == 1);
+  CHECK(out[0]["error"]["code"] == "network");
+}
+
+TEST_CASE("a resume refuses an output file it cannot trust, and cuts only a torn last line",
+          "[cli][journal]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(3));
+  const std::vector<std::string> run = {"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"),
+                                        "--journal", dir.file("run.db"), "--mock",
+                                        "--mock-latency-ms", "1", "--progress", "none"};
+  REQUIRE(run_cli(run).code == 0);
+  REQUIRE(count_lines(dir.file("out.jsonl")) == 3);
+  {  // a crash mid-write: half a line at the end
+    std::ofstream(dir.file("out.jsonl"), std::ios::app) << R"({"id":"batch_req_x","custom)";
+  }
+  CHECK(run_cli(run).code == 0);
+  CHECK(read_output(dir.file("out.jsonl")).size() == 3);  // cut, nothing run again
+  // a whole line that is not ours, in the middle: refused, the file left as it is
+  std::vector<std::string> kept;
+  {
+    std::ifstream in(dir.file("out.jsonl"));
+    for (std::string l; std::getline(in, l);) kept.push_back(l);
+  }
+  kept.insert(kept.begin() + 1, "{\"note\":\"edited by hand\"}");
+  write_lines(dir.file("out.jsonl"), kept);
+  auto r = run_cli(run);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("out.jsonl: line 2 is not a result line") != std::string::npos);
+  CHECK(count_lines(dir.file("out.jsonl")) == 4);
+  // another run's results with a fresh journal: refused, not skipped
+  kept.erase(kept.begin() + 1);
+  write_lines(dir.file("out.jsonl"), kept);
+  auto fresh = run;
+  fresh[5] = dir.file("other.db");
+  r = run_cli(fresh);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("that the journal") != std::string::npos);
+  CHECK(r.err.find("from another run") != std::string::npos);
 }
 
 TEST_CASE("with a journal, running the same command again sends nothing twice", "[cli][journal]") {

@@ -101,6 +101,20 @@ TEST_CASE("bad lines are reported with their line number and a code, never throw
   CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","client":")" + std::string(64, 'c') +
             R"(","body":{"model":"m","messages":[{"role":"user","content":"x"}]}})").code ==
         "invalid_client");
+  // Fields of an unexpected type: bad lines too, not an exception that ends the run.
+  CHECK(bad(R"({"custom_id":"x","method":1,"url":"/v1/chat/completions","body":{}})").code ==
+        "invalid_method");
+  CHECK(bad(R"({"custom_id":"x","method":null,"url":"/v1/chat/completions","body":{}})").code ==
+        "invalid_method");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m",
+    "messages":[{"role":"user","content":[{"type":5,"text":"x"}]}]}})").code ==
+        "unsupported_content");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":7,
+    "messages":[{"role":"user","content":"x"}]}})").code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","max_tokens":"9",
+    "messages":[{"role":"user","content":"x"}]}})").code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m",
+    "messages":[{"role":7,"content":"x"}]}})").code == "invalid_body");
 }
 
 TEST_CASE("a success becomes a Batch API output line with the provider's answer", "[cli]") {

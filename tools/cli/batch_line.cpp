@@ -29,8 +29,8 @@ std::string content_text(const json& content, std::string_view where) {
   if (!content.is_array()) bad("invalid_body", std::string(where) + " must be a string or an array of text parts");
   std::string text;
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string())
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string())
       bad("unsupported_content", std::string(where) + ": only text parts are supported");
     text += part["text"].get_ref<const std::string&>();
   }
@@ -110,8 +110,8 @@ std::variant<BatchLine, BadLine> parse_batch_line(std::string_view text, std::si
     if (doc.contains("custom_id") && doc["custom_id"].is_string())
       custom_id = doc["custom_id"].get<std::string>();
     if (custom_id.empty()) bad("missing_custom_id", "\"custom_id\" (a non-empty string) is missing");
-    const std::string method = doc.value("method", "POST");
-    if (method != "POST") bad("invalid_method", "\"method\" must be POST, not " + method);
+    if (doc.contains("method") && doc["method"] != "POST")
+      bad("invalid_method", "\"method\" must be \"POST\", not " + snippet(doc["method"].dump()));
     if (!doc.contains("url") || !doc["url"].is_string()) bad("unknown_url", "\"url\" is missing");
     const std::string url = doc["url"].get<std::string>();
     if (url != "/v1/chat/completions" && url != "/v1/messages")
@@ -135,6 +135,8 @@ std::variant<BatchLine, BadLine> parse_batch_line(std::string_view text, std::si
     return line;
   } catch (const bad_line_error& e) {
     return BadLine{line_no, custom_id, e.code, where + e.message};
+  } catch (const json::exception& e) {  // a field of a type no check above expected
+    return BadLine{line_no, custom_id, "invalid_body", where + e.what()};
   }
 }
 

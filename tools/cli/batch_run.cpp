@@ -58,6 +58,9 @@ std::vector<std::variant<BatchLine, BadLine>> read_input(const std::string& path
         item = BadLine{line_no, "", "duplicate_custom_id",
                        "line " + std::to_string(line_no) + ": custom_id \"" + line->custom_id +
                            "\" is already used on line " + std::to_string(it->second)};
+    } else if (auto* b = std::get_if<BadLine>(&item); !b->custom_id.empty()) {
+      // A bad line's output names its custom_id too: once per output, like a good line's.
+      if (!first_seen.emplace(b->custom_id, line_no).second) b->custom_id.clear();
     }
     items.push_back(std::move(item));
   }
@@ -77,10 +80,13 @@ EarlierOutput read_earlier_output(const std::string& path) {
   if (!in) return out;
   std::string text;
   std::uintmax_t good_bytes = 0;
-  while (std::getline(in, text)) {
-    if (in.eof()) break;  // no newline after it: torn
+  for (std::size_t line_no = 1; std::getline(in, text); ++line_no) {
+    if (in.eof()) break;  // no newline after it: torn by a crash mid-write, cut below
     const OutputLineKey key = read_output_line(text);
-    if (!key.complete) break;
+    if (!key.complete)  // whole, but not this tool's: cutting here would lose what follows
+      throw setup_error{path + ": line " + std::to_string(line_no) +
+                        " is not a result line of laneq run (edited, or another file?): fix or "
+                        "remove it, or choose another --out"};
     if (key.bad_line_no > 0) out.bad_lines.insert(key.bad_line_no);
     else out.results[key.custom_id] = key.succeeded;
     good_bytes += text.size() + 1;
@@ -130,7 +136,10 @@ class BatchRun {
       base_url = mock_->base_url();
       key = "sk-mock";
     }
-    CurlTransport transport(io.get_executor());
+    // --timeout bounds each call attempt (a timed-out one is retried as a network error), not
+    // queue wait + call: a journaled deadline would carry over into a resume and fail every
+    // line left pending by a long enough break.
+    CurlTransport transport(io.get_executor(), {.timeout = o_.timeout});
     const auto provider = make_provider(o_, transport, base_url, key);
 
     QueueConfig cfg{.workers = static_cast<std::size_t>(o_.workers),
@@ -138,7 +147,7 @@ class BatchRun {
                         std::min(o_.reserved_workers, o_.workers - 1)),
                     .rate_limits = {.requests = o_.rpm, .tokens = o_.tpm, .smooth = o_.smooth},
                     .retry = {.max_attempts = static_cast<std::uint32_t>(o_.max_attempts)}};
-    for (auto& lane : cfg.lanes) lane.timeout = o_.timeout;  // batch work: no deadline by default
+    for (auto& lane : cfg.lanes) lane.timeout = {};  // batch work: no queue deadlines
     if (!o_.journal.empty()) {
       cfg.journal = o_.journal;
       cfg.on_durable_result = [this](std::string_view id, std::error_code ec, const Response& r) {
@@ -190,6 +199,15 @@ class BatchRun {
       earlier_ = read_earlier_output(o_.output);
       // Outcomes the journal committed but the output missed (a crash between the two).
       auto finished = list_finished();
+      // A result the journal never finished is not from this journal's run: trusting it would
+      // skip its line, running it again would write its custom_id twice.
+      std::unordered_set<std::string> known;
+      for (const auto& rec : finished) known.insert(rec.id);
+      for (const auto& [id, ok] : earlier_.results)
+        if (!known.contains(id))
+          throw setup_error{o_.output + " holds a result for \"" + id + "\" that the journal " +
+                            o_.journal + " does not: it is from another run; choose another " +
+                            "--out, or the journal that run used"};
       out_ = open_output("ab");
       for (auto& rec : finished) {
         if (earlier_.results.contains(rec.id)) continue;
@@ -447,6 +465,9 @@ class BatchRun {
 
 int run_batch(const RunOptions& options) {
   try {
+    std::error_code ec;
+    if (std::filesystem::equivalent(options.input, options.output, ec))
+      throw setup_error{"--out " + options.output + " is the input file"};
     BatchRun run(options, read_input(options.input));
     return run.run();
   } catch (const setup_error& e) {

@@ -19,7 +19,7 @@ struct RunOptions {
   std::int64_t workers = 8;          // calls in flight at most
   std::int64_t reserved_workers = 1; // of those, kept for critical lines (< workers)
   std::string journal;               // "" = not durable, no resume
-  std::chrono::seconds timeout{0};   // per line: queue wait + call; 0 = none
+  std::chrono::seconds timeout{0};   // per call attempt (the transport's); 0 = none
   std::int64_t max_attempts = 3;     // calls per line, retries included
   bool mock = false;                 // start the bundled mock API server and call it
   std::chrono::milliseconds mock_latency{50};

@@ -42,7 +42,7 @@ const std::vector<Flag>& run_flags() {
        [](RunOptions& o, auto f, auto v) { o.reserved_workers = integer(f, v, 0, 9'999); }},
       {"--journal", true, "FILE    SQLite journal: crash-safe; the same command again resumes",
        [](RunOptions& o, auto, auto v) { o.journal = v; }},
-      {"--timeout", true, "SECONDS per line, queue wait + call (0 = none, the default)",
+      {"--timeout", true, "SECONDS per call attempt (0 = none, the default); retried like a network error",
        [](RunOptions& o, auto f, auto v) { o.timeout = std::chrono::seconds(integer(f, v, 0, big)); }},
       {"--max-attempts", true, "N  calls per line, retries included (3)",
        [](RunOptions& o, auto f, auto v) { o.max_attempts = integer(f, v, 1, 100); }},
