@@ -587,8 +587,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       metrics_.waiting(lane, op->client_ref);
       return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::waiting);
     }
-    if (op->options.durable && (!op->durable || op->durable->row == 0))
+    if (op->options.durable && (!op->durable || op->durable->row == 0)) {
+      // Once acknowledged it always waits for room: a full lane that rejects says so first.
+      if (lane_when_full_[lane] == WhenFull::reject && must_wait(op))
+        return reject(op, errc::queue_full);
       return start_journaling(op, now);
+    }
     place(op);
   }
 
@@ -604,13 +608,16 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   // Admitted: into the scheduler, or the waiting list when it is full.
   void place(op_ptr op) {
-    // A parked reserved worker takes it at once: it needs no room (it leaves the scheduler as
-    // it enters), so a critical request never waits for a full queue of batch work.
-    const bool must_wait = (sched_.full() || !waiting_.empty()) &&
-                           !(!idle_reserved_.empty() && sched_.lane(op->lane).reserved);
-    if (must_wait) return wait_for_room(op);
+    if (must_wait(op)) return wait_for_room(op);
     enqueue(op, false, sched_.full());  // full: for the reserved worker, past capacity
     hand_out();
+  }
+
+  // No room, unless a parked reserved worker takes it at once: it needs none (it leaves the
+  // scheduler as it enters), so a critical request never waits for a full queue of batch work.
+  bool must_wait(const submit_op_base* op) const {
+    return (sched_.full() || !waiting_.empty()) &&
+           !(!idle_reserved_.empty() && sched_.lane(op->lane).reserved);
   }
 
   void wait_for_room(op_ptr op) {
@@ -1109,6 +1116,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                     std::move(resp));
     }
     last_errors_.insert_or_assign(op, retry_info{std::move(resp), at});
+    // Out of its call until the retry starts: a run that ends meanwhile did not end inside it
+    // (the journal counts in-flight rows at a restart as interrupted).
+    if (op->durable && op->durable->row > 0) journal_->release(op->durable->row);
     if (stopping_ && !drain_)  // no new attempt: it ends as one waiting for its retry does
       return finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
     if (d.pause_all) {

@@ -86,7 +86,8 @@ struct QueueConfig {
   // SubmitOptions::durable is committed to it before it is queued, its outcome after it
   // resolves; at construction the rows an earlier run left open are queued again (their
   // original lane, client and enqueue time). `journal = "run.db"` opens one;
-  // `journal_store` shares a journal you opened (it wins over `journal`).
+  // `journal_store` shares a journal you opened (it wins over `journal`), e.g. to read it;
+  // one queue per journal: the first to open it recovers every open row.
   JournalConfig journal{};
   std::shared_ptr<Journal> journal_store{};
   // Durable requests nobody awaits (recovered at construction, or async_enqueue'd) report here,

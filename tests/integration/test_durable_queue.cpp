@@ -379,6 +379,29 @@ TEST_CASE("a durable request whose extra is a discarded JSON value is refused wi
   CHECK(reports.size() == 0);
 }
 
+TEST_CASE("a durable request for a full lane that rejects fails with queue_full before it is "
+          "journaled",
+          "[durable][errors][backpressure]") {
+  TempDir dir("laneq-durable");
+  auto lanes = laneq::default_lanes();
+  for (auto& l : lanes) l.when_full = laneq::WhenFull::reject;
+  DurableRun r({.workers = 1, .max_pending = 1, .lanes = lanes,
+                .journal = {.path = dir.file("q.db")}});
+  auto& [reports, io, provider, queue] = r;  // not started: the first request fills the queue
+  std::vector<std::pair<std::error_code, std::string>> acks;
+  auto ack = [&](std::error_code ec, std::string id) { acks.emplace_back(ec, std::move(id)); };
+  queue.async_enqueue(request("fills"), {}, ack);
+  laneq::test::run_until(io, [&] { return acks.size() == 1; });
+  CHECK_FALSE(acks[0].first);
+  queue.async_enqueue(request("refused"), {}, ack);
+  laneq::test::run_until(io, [&] { return acks.size() == 2; });
+  CHECK(acks[1].first == errc::queue_full);
+  CHECK(queue.journal()->stats().appended == 1);  // "refused" never had a row
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> { co_await queue.shutdown({.drain = true}); });
+  CHECK(provider.seen() == ids{"fills"});
+}
+
 TEST_CASE("an id already in the journal - pending or finished - is refused with duplicate_id: "
           "one acknowledgement, one report and one call each",
           "[durable][errors]") {
@@ -634,6 +657,38 @@ void die_in_first_call(const std::string& path, const std::vector<std::string>& 
     queue.start();
     io.run();  // ends in die(), from the flush's callback
   }));
+}
+
+TEST_CASE("a request waiting out a retry's back-off is not in a call: a run that ends then "
+          "leaves it pending, not interrupted",
+          "[durable][recovery][retry]") {
+  TempDir dir("laneq-durable");
+  const auto path = dir.file("q.db");
+  REQUIRE(in_process_that_dies([&] {
+    asio::io_context io;
+    laneq::SimulatedProvider provider;
+    provider.script({.error = errc::server_error, .status = 502});  // retried after 60 s
+    laneq::RequestQueue queue(
+        io.get_executor(), provider,
+        {.workers = 1, .retry = {.max_attempts = 3, .base_delay = 60s, .max_delay = 60s},
+         .journal = {.path = path}});
+    queue.async_enqueue(request("backoff"), {}, [](std::error_code ec, std::string) {
+      if (ec) die(false);
+    });
+    queue.start();
+    laneq::test::run_until(io, [&] { return provider.calls() == 1 && provider.in_flight() == 0; });
+    io.poll();  // the failed attempt is handled: the request waits for its retry
+    queue.journal()->flush([](std::error_code ec) { die(!ec); });
+    io.run();
+  }));
+  DurableRun next({.workers = 1, .journal = {.path = path}});
+  CHECK(next.queue.journal()->stats().recovered_in_flight == 0);
+  next.drain();
+  const auto row = next.row("backoff");
+  REQUIRE(row);
+  CHECK(row->interrupted == 0);
+  CHECK(row->state == JournalState::succeeded);
+  CHECK(row->attempts == 2);  // the failed one counts
 }
 
 TEST_CASE("a recovered request that ended the process in max_interrupted_runs runs is given up "
