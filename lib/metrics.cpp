@@ -229,20 +229,32 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
   const std::size_t hash = detail::hash_name(name);
   const auto series = [](const std::unique_ptr<Series>& s) { return s.get(); };
   if (Series* const* s = recent_clients_.find(clients_, name, hash, series)) return ClientRef(*s);
+  if (const auto it = aliases_.find(name); it != aliases_.end()) return ClientRef(it->second);
   // A name that is not valid UTF-8 is kept with its broken sequences as U+FFFD (JSON and
   // Prometheus text need UTF-8), sharing a series with any other name that reads the same.
-  // (Such a name misses the cache, whose keys are the stored names: it takes this path each time.)
   std::string key = detail::to_valid_utf8(name);
-  std::lock_guard lock(mu_);
-  if (const auto it = clients_.find(key); it != clients_.end()) return ClientRef(it->second.get());
-  const bool own = named_clients_ < max_clients_ && key != other_client;
-  if (!own) key = other_client;
-  auto& slot = clients_[std::move(key)];
-  if (!slot) {
-    slot = std::make_unique<Series>();
-    named_clients_ += own;
+  Series* found = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (const auto it = clients_.find(key); it != clients_.end()) {
+      found = it->second.get();
+    } else {
+      const bool own = named_clients_ < max_clients_ && key != other_client;
+      if (!own) key = other_client;
+      auto& slot = clients_[std::move(key)];
+      if (!slot) {
+        slot = std::make_unique<Series>();
+        named_clients_ += own;
+      }
+      found = slot.get();
+    }
   }
-  return ClientRef(slot.get());
+  // Stored under another name: the cache (keyed by stored names) would miss it every time.
+  if (clients_.find(name) == clients_.end()) {  // the recorder's own read: no lock needed
+    if (aliases_.size() >= max_aliases) aliases_.clear();
+    aliases_.emplace(std::string(name), found);
+  }
+  return ClientRef(found);
 }
 
 template <class F>

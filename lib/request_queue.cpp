@@ -114,8 +114,15 @@ void validate(const QueueConfig& c) {
       c.retry.max_retry_after.count() < 0)
     bad_config("QueueConfig::retry delays must be >= 0");
   if (c.default_max_tokens < 0) bad_config("QueueConfig::default_max_tokens must be >= 0");
-  for (const auto& [model, limits] : c.model_rate_limits)
+  for (const auto& [model, limits] : c.model_rate_limits) {
     if (model.empty()) bad_config("QueueConfig::model_rate_limits: a model name is empty");
+    // Limiter names are metrics labels: the queue's own is "default", and labels are UTF-8.
+    if (model == "default")
+      bad_config("QueueConfig::model_rate_limits: \"default\" is the queue's own limiter "
+                 "(QueueConfig::rate_limits)");
+    if (!detail::is_valid_utf8(model))
+      bad_config("QueueConfig::model_rate_limits: a model name is not valid UTF-8");
+  }
 }
 
 SchedulerConfig scheduler_config(const QueueConfig& c) {
@@ -787,11 +794,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     args.admitted = was_waiting || past_capacity || (op->durable && op->durable->row > 0);
     const auto r = sched_.push(args);
     if (r.status != Scheduler::PushStatus::ok) {
-      // Not expected (limits were checked at admission); failed, not lost, if it happens.
+      // Not expected (limits were checked at admission); failed, not lost, if it happens, and
+      // counted where it was: a waiter, or nowhere yet.
       const auto e = r.status == Scheduler::PushStatus::client_queue_full ? errc::client_queue_full
                                                                           : errc::queue_full;
-      return finish(op, e, Metrics::Outcome::rejected,
-                    was_waiting ? Metrics::From::waiting : Metrics::From::queued);
+      if (!was_waiting) return reject(op, e);
+      return finish(op, e, Metrics::Outcome::rejected, Metrics::From::waiting);
     }
     op->sched.id = r.id;
     op->st = state::queued;

@@ -209,6 +209,10 @@ class Metrics {
   std::unordered_map<std::string, std::unique_ptr<Series>, detail::string_hash, std::equal_to<>>
       clients_;
   detail::name_cache<Series*> recent_clients_;  // in front of clients_; the recorder's only
+  // Names recorded under another name ("_other" past max_clients, or their U+FFFD spelling):
+  // found here without the lock. The recorder's only; emptied when it reaches max_aliases.
+  std::unordered_map<std::string, Series*, detail::string_hash, std::equal_to<>> aliases_;
+  static constexpr std::size_t max_aliases = 65'536;
   std::size_t max_clients_;
   std::size_t named_clients_ = 0;  // clients with their own series (excludes "_other")
   std::chrono::steady_clock::time_point start_;

@@ -893,6 +893,8 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
          "reserved");
   expect({.client_weights = {{"x", 0}}}, "client_weights");
   expect({.client_weights = {{std::string(64, 'x'), 2}}}, "longer than a client name");
+  expect({.model_rate_limits = {{"default", {.requests = 5}}}}, "the queue's own limiter");
+  expect({.model_rate_limits = {{"caf\xc3", {.requests = 5}}}}, "not valid UTF-8");
   expect({.quantum = 0}, "quantum");
   expect({.lanes = {{.priority = Priority::high, .name = "x"}, {.priority = Priority::low, .name = "x"}}},
          "name");

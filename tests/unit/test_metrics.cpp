@@ -323,6 +323,25 @@ TEST_CASE("a client name that is not valid UTF-8 is exported with U+FFFD, never 
   CHECK(text.find("\xff") == std::string::npos);
 }
 
+TEST_CASE("names past max_clients keep resolving to _other however many there are (the "
+          "recorder's alias table is bounded)",
+          "[metrics]") {
+  Metrics m(two_lanes(), 1);
+  m.submitted(0, m.client("own"));
+  const auto other = m.client("first-extra");
+  constexpr int n = 70'000;  // past the alias table's 65,536: it is emptied once on the way
+  for (int i = 0; i < n; ++i) {
+    const auto c = m.client("t" + std::to_string(i));
+    REQUIRE(c == other);
+    m.submitted(0, c);
+  }
+  for (int i = 0; i < n; i += 997) REQUIRE(m.client("t" + std::to_string(i)) == other);
+  const auto s = m.snapshot();
+  CHECK(s.clients.size() == 2);
+  CHECK(s.clients.at("_other").submitted == n);
+  CHECK(s.clients.at("own").submitted == 1);
+}
+
 TEST_CASE("a broken client name keeps its series when the client limit is reached later",
           "[metrics]") {
   Metrics m(two_lanes(), 2);
