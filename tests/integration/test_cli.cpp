@@ -221,6 +221,27 @@ TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
   CHECK(r.code == 2);
   CHECK(r.err.find("is the input file") != std::string::npos);
   CHECK(count_lines(dir.file("in.jsonl")) == 2);  // not truncated
+  // flags that would be quietly changed, ignored, or taken as another flag's value
+  const auto refused = [&](std::vector<std::string> flags, const std::string& says) {
+    std::vector<std::string> args = {"run", dir.file("in.jsonl")};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto res = run_cli(args, mock_env);
+    CHECK(res.code == 2);
+    CHECK_THAT(res.err, Catch::Contains(says));
+  };
+  refused({"--out", "--mock"}, "--out: needs a value, not the flag --mock");
+  refused({"--out", dir.file("o"), "--mock", "--workers", "2", "--reserved-workers", "2"},
+          "--reserved-workers must be below --workers");
+  refused({"--out", dir.file("o"), "--mock", "--base-url", "http://127.0.0.1:9"},
+          "--mock and --base-url exclude each other");
+  refused({"--out", dir.file("o"), "--mock-latency-ms", "5"}, "--mock-latency-ms needs --mock");
+  refused({"--out", dir.file("o"), "--base-url", "127.0.0.1:9"}, "must start with http://");
+  CHECK_FALSE(fs::exists(dir.file("o")));
+  CHECK_FALSE(fs::exists("--mock"));
+  // a bad URL is not a missing key: no key hint
+  const auto url = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("o"), "--base-url",
+                            "127.0.0.1:9"}, mock_env);
+  CHECK(url.err.find("OPENAI_API_KEY") == std::string::npos);
 }
 
 TEST_CASE("input lines with fields of the wrong type, or a bad line reusing a custom_id, are "

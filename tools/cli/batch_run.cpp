@@ -107,8 +107,10 @@ std::unique_ptr<Provider> make_provider(const RunOptions& o, Transport& transpor
       return std::make_unique<AnthropicProvider>(transport, AnthropicConfig{.api_key = key, .base_url = base_url});
     return std::make_unique<OpenAIProvider>(transport, OpenAIConfig{.api_key = key, .base_url = base_url});
   } catch (const std::system_error& e) {
+    const std::string what = e.what();
+    if (what.find("no API key") == std::string::npos) throw setup_error{what};  // e.g. a bad URL
     const char* env = o.provider == "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
-    throw setup_error{std::string(e.what()) + "\n  set " + env +
+    throw setup_error{what + "\n  set " + env +
                       ", or --base-url for an endpoint that needs no key, or --mock for a demo "
                       "against the bundled mock API server"};
   }

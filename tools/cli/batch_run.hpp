@@ -18,11 +18,13 @@ struct RunOptions {
   bool smooth = false;               // space starts evenly instead of bursting
   std::int64_t workers = 8;          // calls in flight at most
   std::int64_t reserved_workers = 1; // of those, kept for critical lines (< workers)
+  bool reserved_workers_given = false;  // said on the command line (else capped at workers - 1)
   std::string journal;               // "" = not durable, no resume
   std::chrono::seconds timeout{0};   // per call attempt (the transport's); 0 = none
   std::int64_t max_attempts = 3;     // calls per line, retries included
   bool mock = false;                 // start the bundled mock API server and call it
   std::chrono::milliseconds mock_latency{50};
+  bool mock_latency_given = false;
   std::string progress = "auto";     // auto | bar | plain | none
   std::chrono::milliseconds progress_interval{5000};  // plain lines
   bool help = false;

@@ -39,7 +39,10 @@ const std::vector<Flag>& run_flags() {
       {"--workers", true, "N       calls in flight at most (8)",
        [](RunOptions& o, auto f, auto v) { o.workers = integer(f, v, 1, 10'000); }},
       {"--reserved-workers", true, "N  of the workers, kept free for critical lines (1; at most workers - 1)",
-       [](RunOptions& o, auto f, auto v) { o.reserved_workers = integer(f, v, 0, 9'999); }},
+       [](RunOptions& o, auto f, auto v) {
+         o.reserved_workers = integer(f, v, 0, 9'999);
+         o.reserved_workers_given = true;
+       }},
       {"--journal", true, "FILE    SQLite journal: crash-safe; the same command again resumes",
        [](RunOptions& o, auto, auto v) { o.journal = v; }},
       {"--timeout", true, "SECONDS per call attempt (0 = none, the default); retried like a network error",
@@ -49,7 +52,10 @@ const std::vector<Flag>& run_flags() {
       {"--mock", false, "             start the bundled mock API server (with the same limits) and call it",
        [](RunOptions& o, auto, auto) { o.mock = true; }},
       {"--mock-latency-ms", true, "N  the mock's answer time (50, +- half)",
-       [](RunOptions& o, auto f, auto v) { o.mock_latency = std::chrono::milliseconds(integer(f, v, 0, big)); }},
+       [](RunOptions& o, auto f, auto v) {
+         o.mock_latency = std::chrono::milliseconds(integer(f, v, 0, big));
+         o.mock_latency_given = true;
+       }},
       {"--progress", true, "MODE   auto (a bar on a terminal, lines otherwise), bar, plain, none",
        [](RunOptions& o, auto f, auto v) {
          if (v != "auto" && v != "bar" && v != "plain" && v != "none")
@@ -102,6 +108,18 @@ int run_command(int argc, char** argv) {
   if (positional.size() != 1 || o.output.empty()) {
     std::fprintf(stderr, "laneq run: %s\n%s", positional.size() != 1 ? "name one input file" : "--out is required",
                  run_usage().c_str());
+    return 2;
+  }
+  // Combinations that would be quietly changed or ignored: said instead.
+  const char* conflict = nullptr;
+  if (o.reserved_workers_given && o.reserved_workers >= o.workers)
+    conflict = "--reserved-workers must be below --workers (one worker at least takes any lane)";
+  else if (o.mock && !o.base_url.empty())
+    conflict = "--mock and --base-url exclude each other (the mock has its own address)";
+  else if (o.mock_latency_given && !o.mock)
+    conflict = "--mock-latency-ms needs --mock";
+  if (conflict) {
+    std::fprintf(stderr, "laneq run: %s (see laneq run --help)\n", conflict);
     return 2;
   }
   o.input = positional[0];

@@ -75,6 +75,10 @@ void parse(const std::vector<Flag<Options>>& table, Options& opts, int argc,
     if (!flag) bad(arg, "unknown flag");
     if (flag->takes_value && !value) {
       if (i + 1 >= argc) bad(name, "needs a value");
+      // "--out --mock": a forgotten value, not a file named --mock (NAME=--x says it is one)
+      if (std::string_view(argv[i + 1]).substr(0, 2) == "--")
+        bad(name, std::string("needs a value, not the flag ") + argv[i + 1] + " (write " +
+                      std::string(name) + "=VALUE for a value that starts with --)");
       value = argv[++i];
     } else if (!flag->takes_value && value) {
       bad(name, "takes no value");
