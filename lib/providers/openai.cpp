@@ -1,5 +1,7 @@
 #include "laneq/providers/openai.hpp"
 
+#include <string>
+#include <system_error>
 #include <utility>
 
 #include "laneq/providers/openai_format.hpp"
@@ -17,13 +19,22 @@ OpenAIProvider::OpenAIProvider(Transport& transport, OpenAIConfig config) : tran
   if (!ep.key.empty()) headers_.emplace_back("Authorization", "Bearer " + ep.key);
   if (!config.organization.empty()) headers_.emplace_back("OpenAI-Organization", config.organization);
   for (auto& h : config.extra_headers) headers_.push_back(std::move(h));
+  std::string_view field = config.max_tokens_field;
+  if (field.empty())  // OpenAI itself takes the current name; compatible servers the old one
+    field = url_.starts_with("https://api.openai.com/") ? "max_completion_tokens" : "max_tokens";
+  if (field != "max_tokens" && field != "max_completion_tokens")
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            "OpenAI: OpenAIConfig::max_tokens_field must be \"max_completion_tokens\" "
+                            "or \"max_tokens\", not \"" + config.max_tokens_field + "\"");
+  body_options_ = {.max_tokens_field = field == "max_tokens" ? "max_tokens" : "max_completion_tokens",
+                   .stream_usage = config.stream_usage};
 }
 
 void OpenAIProvider::async_call(const Request& request, const CallContext& ctx,
                                 CallCompletion done) noexcept {
   detail::async_http_call<openai::StreamAccumulator, openai::parse_response>(
       transport_, url_, headers_, request, ctx, std::move(done), "OpenAI",
-      [&] { return openai::request_body(request); });
+      [&] { return openai::request_body(request, body_options_); });
 }
 
 }  // namespace laneq

@@ -55,19 +55,24 @@ std::error_code read_completion(const json& doc, const json& choices, Response& 
 
 }  // namespace
 
-std::string request_body(const Request& request) {
+std::string request_body(const Request& request, const BodyOptions& options) {
   if (!request.extra.is_null() && !request.extra.is_object())
     throw std::invalid_argument("laneq::openai::request_body: Request::extra must be a JSON object or null");
   if (request.extra.empty()) {
     // Nothing to merge: written directly, in the key order dump() gives the tree below (a call's
     // body is on every request's path).
     std::string out = "{";
-    if (request.max_tokens > 0) out += "\"max_tokens\":" + std::to_string(request.max_tokens) + ',';
+    if (request.max_tokens > 0) {
+      out += '"';
+      out += options.max_tokens_field;  // both sort before "messages"
+      out += "\":" + std::to_string(request.max_tokens) + ',';
+    }
     out += "\"messages\":";
     detail::append_json_messages(out, request.messages);
     out += ",\"model\":";
     detail::append_json_string(out, request.model);
-    if (request.stream) out += ",\"stream\":true,\"stream_options\":{\"include_usage\":true}";
+    if (request.stream) out += ",\"stream\":true";
+    if (request.stream && options.stream_usage) out += ",\"stream_options\":{\"include_usage\":true}";
     out += '}';
     return out;
   }
@@ -76,9 +81,9 @@ std::string request_body(const Request& request) {
   json& messages = body["messages"] = json::array();
   for (const Message& m : request.messages)
     messages.push_back(json{{"role", m.role}, {"content", m.content}});
-  if (request.max_tokens > 0) body["max_tokens"] = request.max_tokens;
-  if (request.stream) body["stream_options"] = json{{"include_usage", true}};
-  if (request.extra.is_object()) body.update(request.extra);
+  if (request.max_tokens > 0) body[std::string(options.max_tokens_field)] = request.max_tokens;
+  if (request.stream && options.stream_usage) body["stream_options"] = json{{"include_usage", true}};
+  if (request.extra.is_object()) body.update(request.extra, /*merge_objects=*/true);
   if (request.stream) body["stream"] = true;
   else body.erase("stream");
   return body.dump(-1, ' ', false, json::error_handler_t::replace);

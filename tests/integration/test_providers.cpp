@@ -393,7 +393,61 @@ class OversizedStreamTransport final : public laneq::Transport {
   executor_type ex_;
 };
 
+// Answers every request with a minimal chat completion and keeps the bodies it was sent.
+class BodyCapture final : public laneq::Transport {
+ public:
+  explicit BodyCapture(executor_type ex) : ex_(std::move(ex)) {}
+  void async_request(laneq::HttpRequest request, executor_type ex, asio::cancellation_slot,
+                     laneq::HttpCompletion done) override {
+    bodies.push_back(nlohmann::json::parse(request.body));
+    asio::post(ex, [done = std::move(done)]() mutable {
+      laneq::HttpResponse resp;
+      resp.status = 200;
+      resp.body = R"({"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}],)"
+                  R"("usage":{"prompt_tokens":1,"completion_tokens":1}})";
+      done({}, std::move(resp));
+    });
+  }
+  executor_type get_executor() const override { return ex_; }
+  std::vector<nlohmann::json> bodies;
+
+ private:
+  executor_type ex_;
+};
+
 }  // namespace
+
+TEST_CASE("OpenAI's own endpoint gets max_completion_tokens, a compatible server max_tokens, "
+          "unless the config names one",
+          "[providers]") {
+  asio::io_context io;
+  BodyCapture transport(io.get_executor());
+  laneq::OpenAIProvider official(transport, {.api_key = "k"});
+  laneq::OpenAIProvider official_v1(transport, {.api_key = "k", .base_url = "https://api.openai.com/v1"});
+  laneq::OpenAIProvider compatible(transport, {.api_key = "k", .base_url = "http://127.0.0.1:9"});
+  laneq::OpenAIProvider chosen(transport, {.api_key = "k", .base_url = "http://127.0.0.1:9",
+                                           .max_tokens_field = "max_completion_tokens"});
+  for (laneq::OpenAIProvider* p : {&official, &official_v1, &compatible, &chosen}) {
+    laneq::RequestQueue queue(io.get_executor(), *p, {.workers = 1});
+    queue.start();
+    run(io, [&]() -> asio::awaitable<void> {
+      laneq::Request r = chat();
+      r.max_tokens = 42;
+      co_await queue.submit(r);
+      co_await queue.shutdown();
+    });
+    io.restart();
+  }
+  REQUIRE(transport.bodies.size() == 4);
+  for (const int i : {0, 1, 3}) {
+    CHECK(transport.bodies[i]["max_completion_tokens"] == 42);
+    CHECK_FALSE(transport.bodies[i].contains("max_tokens"));
+  }
+  CHECK(transport.bodies[2]["max_tokens"] == 42);
+  CHECK_FALSE(transport.bodies[2].contains("max_completion_tokens"));
+  CHECK_THROWS_WITH(laneq::OpenAIProvider(transport, {.api_key = "k", .max_tokens_field = "max"}),
+                    Catch::Contains("max_tokens_field must be"));
+}
 
 TEST_CASE("a stream that breaks the event parser's limits ends at once as malformed_response, "
           "not a retryable network error",

@@ -175,6 +175,25 @@ TEST_CASE("OpenAI extra fields are merged in and win, except stream which follow
   CHECK(p["max_completion_tokens"] == 50);
 }
 
+TEST_CASE("the OpenAI body spells max_tokens as its server wants, and can leave stream_options "
+          "out; extra's stream_options adds to include_usage") {
+  Request r = chat(true);
+  r.max_tokens = 64;
+  const laneq::openai::BodyOptions current{.max_tokens_field = "max_completion_tokens"};
+  json b = json::parse(laneq::openai::request_body(r, current));
+  CHECK(b["max_completion_tokens"] == 64);
+  CHECK_FALSE(b.contains("max_tokens"));
+  CHECK(b["stream_options"] == json{{"include_usage", true}});
+  b = json::parse(laneq::openai::request_body(r, {.stream_usage = false}));
+  CHECK(b["max_tokens"] == 64);
+  CHECK(b["stream"] == true);
+  CHECK_FALSE(b.contains("stream_options"));
+  r.extra = {{"stream_options", {{"include_obfuscation", false}}}, {"temperature", 0}};
+  b = json::parse(laneq::openai::request_body(r, current));
+  CHECK(b["stream_options"] == json{{"include_usage", true}, {"include_obfuscation", false}});
+  CHECK(b["max_completion_tokens"] == 64);
+}
+
 TEST_CASE("a non-object extra is a programming error for both providers; null adds nothing") {
   for (const json& bad : {json::array({1}), json("x"), json(3), json(true)}) {
     Request r = chat();
@@ -676,8 +695,11 @@ TEST_CASE("request bodies written directly equal the ones built as a JSON tree -
     r.stream = rng() % 2 == 0;
     Request probed = r;
     probed.extra = json{{"zz_probe", 1}};
-    const std::string direct_openai = laneq::openai::request_body(r);
-    json tree_openai = openai_body(probed);
+    const laneq::openai::BodyOptions options{
+        .max_tokens_field = rng() % 2 ? "max_tokens" : "max_completion_tokens",
+        .stream_usage = rng() % 2 == 0};
+    const std::string direct_openai = laneq::openai::request_body(r, options);
+    json tree_openai = json::parse(laneq::openai::request_body(probed, options));
     tree_openai.erase("zz_probe");
     CHECK(json::parse(direct_openai) == tree_openai);
     CHECK(direct_openai == tree_openai.dump(-1, ' ', false, json::error_handler_t::replace));

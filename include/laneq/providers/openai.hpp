@@ -5,6 +5,7 @@
 #include <string>
 
 #include "laneq/provider.hpp"
+#include "laneq/providers/openai_format.hpp"
 #include "laneq/transport.hpp"
 
 namespace laneq {
@@ -16,13 +17,21 @@ struct OpenAIConfig {
   std::string base_url{};
   std::string organization{};   // optional OpenAI-Organization header
   Headers extra_headers{};      // sent with every call
+  // The body field Request::max_tokens goes in: "max_completion_tokens" (OpenAI's current name:
+  // its o-series and gpt-5 models refuse "max_tokens") or "max_tokens" (what OpenAI-compatible
+  // servers know). "" = max_completion_tokens for https://api.openai.com, max_tokens elsewhere.
+  std::string max_tokens_field{};
+  // Streams ask for usage in their last chunk (stream_options.include_usage). Off for a
+  // compatible server that refuses the field; the rate limiter then keeps its estimate.
+  bool stream_usage = true;
 };
 
 class OpenAIProvider final : public Provider {
  public:
   // Throws std::system_error(errc::invalid_config) when there is no API key and no custom
-  // base URL (a local endpoint may need no key), or a base URL does not start with http:// or
-  // https://. The key never appears in errors or logs.
+  // base URL (a local endpoint may need no key), a base URL does not start with http:// or
+  // https://, or max_tokens_field is neither of its two names. The key never appears in errors
+  // or logs.
   OpenAIProvider(Transport& transport, OpenAIConfig config = {});
 
   void async_call(const Request& request, const CallContext& ctx,
@@ -35,6 +44,7 @@ class OpenAIProvider final : public Provider {
   Transport& transport_;
   std::string url_;
   Headers headers_;
+  openai::BodyOptions body_options_;  // its strings are literals: copies stay valid
 };
 
 }  // namespace laneq

@@ -14,18 +14,28 @@
 
 namespace laneq::openai {
 
+// How the body is spelled for a server (OpenAIConfig chooses).
+struct BodyOptions {
+  // "max_tokens" (what OpenAI-compatible servers know) or "max_completion_tokens" (OpenAI's
+  // current name; its o-series and gpt-5 models refuse "max_tokens").
+  std::string_view max_tokens_field = "max_tokens";
+  bool stream_usage = true;  // streams ask for usage in their last chunk (stream_options)
+};
+
 // The JSON body for a Request:
 //   {"model", "messages": [{"role", "content"}, ...],   (every message as given, system included)
-//    "max_tokens"                                       (only when Request::max_tokens > 0),
-//    "stream": true, "stream_options": {"include_usage": true}   (only when Request::stream)}
-// Request::extra (a JSON object) is merged in last, top-level key by key, and its keys WIN — it
-// is the escape hatch for everything laneq does not model (temperature, tools, rich message
-// content, "max_completion_tokens", ...). One exception: "stream" always follows
-// Request::stream, because that flag decides whether the response is read as SSE or as one body.
+//    <max_tokens_field>                                 (only when Request::max_tokens > 0),
+//    "stream": true, "stream_options": {"include_usage": true}   (only when Request::stream;
+//                                                       stream_options only with stream_usage)}
+// Request::extra (a JSON object) is merged in last and its keys WIN — it is the escape hatch
+// for everything laneq does not model (temperature, tools, rich message content, ...); objects
+// merge key by key (extra's "stream_options" adds to include_usage). One exception: "stream"
+// always follows Request::stream, because that flag decides whether the response is read as SSE
+// or as one body.
 // A null `extra` adds nothing; any other non-object `extra` is a programming error and throws
 // std::invalid_argument (the provider reports it as errc::bad_request). Invalid UTF-8 in strings
 // is replaced with U+FFFD rather than thrown.
-std::string request_body(const Request& request);
+std::string request_body(const Request& request, const BodyOptions& options = {});
 
 // Reads a non-streamed response. Always fills out.status, out.headers (copied), out.raw (the
 // parsed body, or null when it is not JSON), and resets text, usage, finish_reason, error_type
