@@ -1165,9 +1165,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // A count no call reaches (2^40), so that budgets' sums never overflow on a server's
     // absurd numbers; negative ones count as none.
     const auto sane = [](std::int64_t n) { return std::clamp<std::int64_t>(n, 0, std::int64_t{1} << 40); };
-    const std::int64_t in = sane(r.usage.input_tokens), out = sane(r.usage.output_tokens);
+    const std::int64_t all_in = sane(r.usage.input_tokens), out = sane(r.usage.output_tokens);
+    std::int64_t in = all_in;  // less what the provider's limits do not count
+    if (r.usage.rate_exempt_input_tokens > 0) in -= std::min(in, sane(r.usage.rate_exempt_input_tokens));
     if (!ec) {
-      if (in + out <= 0) return estimate;
+      if (all_in + out <= 0) return estimate;
       return {1, in, out};
     }
     if (r.status >= 200 && r.status < 300)

@@ -11,12 +11,11 @@ namespace laneq {
 
 namespace {
 
-Response make_response(std::error_code ec, int status, Headers headers, std::int64_t input,
-                       std::int64_t output) {
+Response make_response(std::error_code ec, int status, Headers headers, Usage usage) {
   if (!ec)  // built in place: assigning to a Response's strings costs more than constructing
     return Response{.status = status,
                     .text = "simulated",
-                    .usage = {input, output},
+                    .usage = usage,
                     .finish_reason = "stop",
                     .headers = std::move(headers)};
   Response r;
@@ -101,21 +100,25 @@ void SimulatedProvider::async_call(const Request& request, const CallContext& ct
   std::int64_t output = request.max_tokens > 0
                             ? std::min<std::int64_t>(cfg_.output_tokens, request.max_tokens)
                             : cfg_.output_tokens;
+  std::int64_t exempt = 0;
   if (p.usage) {
     input = p.usage->input_tokens;
     output = p.usage->output_tokens;
+    exempt = p.usage->rate_exempt_input_tokens;
   }
 
   if (p.latency.count() <= 0 && p.outcome.headers.empty()) {
     detail::post(ctx.executor, [this, done = std::move(done), ec = p.outcome.error,
-                                status = p.outcome.status, input, output]() mutable {
+                                status = p.outcome.status,
+                                usage = Usage{input, output, exempt}]() mutable {
       answered_.fetch_add(1, std::memory_order_release);
-      done(ec, make_response(ec, status, {}, input, output));
+      done(ec, make_response(ec, status, {}, usage));
     });
     return;
   }
   const std::error_code ec = p.outcome.error;
-  Response r = make_response(ec, p.outcome.status, std::move(p.outcome.headers), input, output);
+  Response r = make_response(ec, p.outcome.status, std::move(p.outcome.headers),
+                             Usage{input, output, exempt});
 
   struct call_state {
     asio::steady_timer timer;

@@ -55,8 +55,12 @@ struct SubmitOptions {
 static_assert(std::is_trivially_copyable_v<SubmitOptions>);
 
 struct Usage {
-  std::int64_t input_tokens = 0;
+  std::int64_t input_tokens = 0;   // all prompt tokens, cached ones included
   std::int64_t output_tokens = 0;
+  // Of input_tokens, those the provider's rate limits do not count: Anthropic's prompt-cache
+  // reads (its rate-limits page; a few older models, marked there, do count them). The queue's
+  // limiter is charged input_tokens minus these.
+  std::int64_t rate_exempt_input_tokens = 0;
   std::int64_t total() const noexcept {  // saturates: a server's absurd counts never overflow
     std::int64_t sum;
     if (__builtin_add_overflow(input_tokens, output_tokens, &sum))

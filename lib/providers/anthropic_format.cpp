@@ -20,7 +20,8 @@ std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
   return a > kMaxCount - b ? kMaxCount : a + b;  // both are >= 0
 }
 
-// Cache writes and reads are billed and rate-limited as input, so they count as input here.
+// Cache writes and reads are billed as input, so they count as input here; reads are not
+// rate-limited (Usage::rate_exempt_input_tokens).
 std::int64_t total_input(std::int64_t input, std::int64_t cache_creation, std::int64_t cache_read) {
   return saturating_add(saturating_add(input, cache_creation), cache_read);
 }
@@ -50,6 +51,7 @@ std::error_code read_message(const json& doc, const json& content, Response& out
                                          count_at(*usage, "cache_creation_input_tokens").value_or(0),
                                          count_at(*usage, "cache_read_input_tokens").value_or(0));
     out.usage.output_tokens = count_at(*usage, "output_tokens").value_or(0);
+    out.usage.rate_exempt_input_tokens = count_at(*usage, "cache_read_input_tokens").value_or(0);
   }
   return {};
 }
@@ -141,7 +143,8 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
 Usage StreamAccumulator::usage() const noexcept {
   return Usage{.input_tokens = total_input(input_tokens_, cache_creation_input_tokens_,
                                            cache_read_input_tokens_),
-               .output_tokens = output_tokens_};
+               .output_tokens = output_tokens_,
+               .rate_exempt_input_tokens = cache_read_input_tokens_};
 }
 
 void StreamAccumulator::on_event(const SseEvent& event) {

@@ -32,7 +32,8 @@ json to_json(const Response& r) {
   return {{"status", r.status},
           {"text", r.text},
           {"usage", {{"input_tokens", r.usage.input_tokens},
-                     {"output_tokens", r.usage.output_tokens}}},
+                     {"output_tokens", r.usage.output_tokens},
+                     {"rate_exempt_input_tokens", r.usage.rate_exempt_input_tokens}}},
           {"finish_reason", r.finish_reason},
           {"headers", std::move(headers)},
           {"raw", r.raw.is_discarded() ? json(nullptr) : r.raw},
@@ -61,6 +62,7 @@ Response response_from_json(const json& j) {
   const json& usage = j.at("usage");
   usage.at("input_tokens").get_to(r.usage.input_tokens);
   usage.at("output_tokens").get_to(r.usage.output_tokens);
+  r.usage.rate_exempt_input_tokens = usage.value("rate_exempt_input_tokens", std::int64_t{0});  // v3 rows lack it
   j.at("finish_reason").get_to(r.finish_reason);
   for (const json& h : j.at("headers"))
     r.headers.emplace_back(h.at(0).get<std::string>(), h.at(1).get<std::string>());

@@ -491,6 +491,29 @@ TEST_CASE("a call that fails after a 2xx keeps its tokens charged; one the serve
   });
 }
 
+TEST_CASE("input tokens a provider's rate limits do not count (Anthropic's cache reads) are "
+          "not charged to the input budget",
+          "[queue][limits]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.usage_fn = [](const laneq::Request&, auto&) {
+    return laneq::Usage{.input_tokens = 10'010, .output_tokens = 5,
+                        .rate_exempt_input_tokens = 10'000};  // a 10k cached prefix
+  }});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .rate_limits = {.input_tokens = 50'000, .period = 60s}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 3; ++i) {
+      auto [ec, r] = co_await queue.async_submit(chat("x", 16), {}, tuple_awaitable);
+      CHECK_FALSE(ec);
+      CHECK(r.usage.input_tokens == 10'010);
+    }
+    // 3 x 10 charged, not 3 x 10,010
+    CHECK(queue.limiter().snapshot().budgets.at(0).available == 50'000 - 30);
+    co_await queue.shutdown();
+  });
+}
+
 TEST_CASE("absurd usage from a server is charged capped, never overflowing the budgets",
           "[queue][limits]") {
   asio::io_context io;

@@ -414,6 +414,7 @@ TEST_CASE("an Anthropic message joins its text blocks and counts cache tokens as
   CHECK(out.status == 200);
   CHECK(out.text == "Hello, world");
   CHECK(out.usage.input_tokens == 100 + 20 + 300);
+  CHECK(out.usage.rate_exempt_input_tokens == 300);  // cache reads: not rate-limited
   CHECK(out.usage.output_tokens == 42);
   CHECK(out.finish_reason == "tool_use");
   CHECK(out.headers == h);
@@ -595,6 +596,7 @@ TEST_CASE("a full Anthropic stream yields its text, deltas, stop reason and both
     CHECK(deltas == std::vector<std::string>{"Hello", ", world"});
     CHECK(out.finish_reason == "end_turn");
     CHECK(out.usage.input_tokens == 25 + 10 + 5);  // from message_start, cache included
+    CHECK(out.usage.rate_exempt_input_tokens == 5);
     CHECK(out.usage.output_tokens == 15);          // from message_delta, replacing the 1
   }
 }
@@ -671,6 +673,7 @@ TEST_CASE("Anthropic stream: a newer message_delta with input usage updates it")
   Response out;
   CHECK_FALSE(acc.finish(out));
   CHECK(out.usage.input_tokens == 30 + 10 + 7);
+  CHECK(out.usage.rate_exempt_input_tokens == 7);
   CHECK(out.usage.output_tokens == 9);
   CHECK(out.finish_reason == "max_tokens");
 }
