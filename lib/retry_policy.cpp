@@ -54,8 +54,9 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
     d.from_server = true;
   } else if (rate_limited) {
     // No retry-after: the reset of a bucket the server reports as exhausted.
+    // A reset of 0 (Azure sends "0") is no advice either: back off.
     for (const auto* b : {&info.requests, &info.tokens, &info.input_tokens, &info.output_tokens})
-      if (b->remaining && *b->remaining == 0 && b->reset_after) {
+      if (b->remaining && *b->remaining == 0 && b->reset_after && b->reset_after->count() > 0) {
         d.delay = std::max(d.delay, *b->reset_after);
         d.from_server = true;
       }

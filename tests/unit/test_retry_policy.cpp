@@ -258,6 +258,11 @@ TEST_CASE("retry-after overrides the backoff and marks the delay as the server's
     const RetryDecision r = decide_retry(policy, 1, err_for(429), 429, info, 0.5);
     CHECK(r.from_server);
     CHECK(r.delay == 3s);
+    // a reset of 0 is no advice either (Azure sends x-ratelimit-reset-tokens: 0)
+    info.requests.reset_after = 0s;
+    const RetryDecision z = decide_retry(policy, 1, err_for(429), 429, info, 0.5);
+    CHECK_FALSE(z.from_server);
+    CHECK(z.delay == 250ms);
   }
   SECTION("from the headers: retry-after seconds, retry-after-ms wins") {
     const RetryDecision a =
