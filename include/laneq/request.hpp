@@ -79,7 +79,8 @@ struct Response {
   Usage usage{};
   std::string finish_reason{};
   Headers headers{};
-  nlohmann::json raw = nullptr;    // the provider's JSON body, as parsed
+  nlohmann::json raw = nullptr;    // the provider's JSON body, as parsed (a stream: the body
+                                   // its events add up to, tool calls and refusals included)
   // On failure: the provider's error type and message, when it sent them.
   std::string error_type{};
   std::string error_message{};

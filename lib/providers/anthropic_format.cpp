@@ -175,12 +175,23 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   } else if (type == "content_block_start") {
     const json* block = member(data, "content_block");
     if (!block || !block->is_object()) return fail(err(errc::malformed_response));
+    if (json* kept = block_at(data)) *kept = *block;
     if (string_at(*block, "type") == "text" && member(*block, "text"))
       append_text(member(*block, "text"));
   } else if (type == "content_block_delta") {
     const json* delta = member(data, "delta");
     if (!delta || !delta->is_object()) return fail(err(errc::malformed_response));
-    if (string_at(*delta, "type") == "text_delta") append_text(member(*delta, "text"));
+    const std::string_view kind = string_at(*delta, "type");
+    if (kind == "text_delta") {
+      append_text(member(*delta, "text"));
+      if (json* kept = block_at(data); kept && kept->contains("text") && (*kept)["text"].is_string())
+        if (const json* t = member(*delta, "text"); t && t->is_string())
+          (*kept)["text"].get_ref<std::string&>() += t->get_ref<const std::string&>();
+    } else if (kind == "input_json_delta") {
+      const json* piece = member(*delta, "partial_json");
+      if (!piece || !piece->is_string()) return fail(err(errc::malformed_response));
+      if (block_at(data)) partial_json_[index_of(data)] += piece->get_ref<const std::string&>();
+    }
   } else if (type == "message_delta") {
     if (const json* delta = member(data, "delta"); delta && delta->is_object())
       if (const std::string_view reason = string_at(*delta, "stop_reason"); !reason.empty())
@@ -194,6 +205,36 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   // ping, content_block_stop and unknown types carry nothing laneq keeps.
 }
 
-std::error_code StreamAccumulator::finish(Response& out) { return hand_over(out, usage()); }
+// The block an event's "index" names, made room for (null when the index is missing or absurd).
+json* StreamAccumulator::block_at(const json& event) {
+  const json* index = member(event, "index");
+  if (!index || !index->is_number_unsigned() || index->get<std::uint64_t>() > 1024) return nullptr;
+  const auto i = index->get<std::size_t>();
+  while (content_.size() <= i) content_.push_back(json::object());
+  if (partial_json_.size() <= i) partial_json_.resize(i + 1);
+  return &content_[i];
+}
+
+std::size_t StreamAccumulator::index_of(const json& event) {
+  return member(event, "index")->get<std::size_t>();  // block_at() checked it
+}
+
+std::error_code StreamAccumulator::finish(Response& out) {
+  for (std::size_t i = 0; i < content_.size() && i < partial_json_.size(); ++i) {
+    if (partial_json_[i].empty()) continue;
+    json input = parse_json(partial_json_[i]);
+    content_[i]["input"] = input.is_discarded() ? json(partial_json_[i]) : std::move(input);
+  }
+  json counts = {{"input_tokens", input_tokens_}, {"output_tokens", output_tokens_}};
+  if (cache_creation_input_tokens_) counts["cache_creation_input_tokens"] = cache_creation_input_tokens_;
+  if (cache_read_input_tokens_) counts["cache_read_input_tokens"] = cache_read_input_tokens_;
+  out.raw = {{"type", "message"},
+             {"role", "assistant"},
+             {"content", std::move(content_)},
+             {"stop_reason", finish_reason_.empty() ? json(nullptr) : json(finish_reason_)},
+             {"usage", std::move(counts)}};
+  content_ = json::array();
+  return hand_over(out, usage());
+}
 
 }  // namespace laneq::anthropic

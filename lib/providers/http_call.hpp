@@ -50,10 +50,12 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
         Response r;
         r.status = hr.status;
         if (ec) {  // no (complete) HTTP answer
-          r.error_type = "transport";
-          r.error_message = std::move(hr.error);
-          r.headers = std::move(hr.headers);
           if (stream) stream->acc.finish(r);  // keep what streamed so far, for the curious
+          if (r.error_type.empty()) {  // the stream's own error words win; else the transport's
+            r.error_type = "transport";
+            r.error_message = std::move(hr.error);
+          }
+          r.headers = std::move(hr.headers);
           r.status = hr.status;
           // A stream whose parser gave up (a line or event beyond its limit) is malformed, not
           // a network failure: retrying would fail the same way. So is a body over the limit.

@@ -139,16 +139,57 @@ void StreamAccumulator::on_event(const SseEvent& event) {
           if (!content->is_string()) return fail(err(errc::malformed_response));
           append(content->get_ref<const std::string&>());
         }
+        if (const json* refusal = member(*delta, "refusal"); refusal && refusal->is_string())
+          refusal_ += refusal->get_ref<const std::string&>();
+        if (const json* calls = member(*delta, "tool_calls"); calls && calls->is_array())
+          for (const json& call : *calls) on_tool_call_delta(call);
       }
       if (const std::string_view reason = string_at(choice, "finish_reason"); !reason.empty())
         finish_reason_ = reason;
     }
   }
   // include_usage: the last chunk has "choices": [] and the usage; others carry "usage": null.
-  if (const json* usage = member(chunk, "usage"); usage && usage->is_object())
+  if (const json* usage = member(chunk, "usage"); usage && usage->is_object()) {
     read_usage(*usage, usage_);
+    usage_raw_ = *usage;
+  }
 }
 
-std::error_code StreamAccumulator::finish(Response& out) { return hand_over(out, usage_); }
+// A tool call arrives in pieces: the first names it (index, id, type, function.name), the rest
+// add to function.arguments.
+void StreamAccumulator::on_tool_call_delta(const json& delta) {
+  if (!delta.is_object()) return fail(err(errc::malformed_response));
+  const json* index = member(delta, "index");
+  if (!index || !index->is_number_unsigned() || index->get<std::uint64_t>() > 1024)
+    return fail(err(errc::malformed_response));
+  if (tool_calls_.is_null()) tool_calls_ = json::array();
+  const auto i = index->get<std::size_t>();
+  while (tool_calls_.size() <= i)
+    tool_calls_.push_back({{"id", ""}, {"type", "function"},
+                           {"function", {{"name", ""}, {"arguments", ""}}}});
+  json& call = tool_calls_[i];
+  if (const json* id = member(delta, "id"); id && id->is_string()) call["id"] = *id;
+  if (const json* type = member(delta, "type"); type && type->is_string()) call["type"] = *type;
+  if (const json* fn = member(delta, "function"); fn && fn->is_object()) {
+    for (const char* key : {"name", "arguments"})
+      if (const json* piece = member(*fn, key); piece && piece->is_string())
+        call["function"][key].get_ref<std::string&>() += piece->get_ref<const std::string&>();
+  }
+}
+
+std::error_code StreamAccumulator::finish(Response& out) {
+  json message = {{"role", "assistant"}, {"content", text().empty() ? json(nullptr) : json(text())}};
+  if (!refusal_.empty()) message["refusal"] = refusal_;
+  if (!tool_calls_.is_null()) message["tool_calls"] = std::move(tool_calls_);
+  json completion = {{"object", "chat.completion"},
+                     {"choices", json::array({{{"index", 0},
+                                               {"message", std::move(message)},
+                                               {"finish_reason", finish_reason_.empty()
+                                                                     ? json(nullptr)
+                                                                     : json(finish_reason_)}}})}};
+  if (!usage_raw_.is_null()) completion["usage"] = std::move(usage_raw_);
+  out.raw = std::move(completion);
+  return hand_over(out, usage_);
+}
 
 }  // namespace laneq::openai

@@ -280,6 +280,7 @@ TEST_CASE("both providers: a stream cut mid-way or an error event is an error - 
         mock.script({MockOutcome{.kind = OutcomeKind::stream_cut}});
         auto [e1, r1] = co_await queue.async_submit(req, {}, tuple_awaitable);
         CHECK(e1 == errc::network);
+        CHECK_FALSE(r1.error_message.empty());  // the transport's words (they were dropped)
         mock.script({MockOutcome{.kind = OutcomeKind::stream_error}});
         auto [e2, r2] = co_await queue.async_submit(req, {}, tuple_awaitable);
         CHECK(e2);

@@ -501,6 +501,58 @@ TEST_CASE("Anthropic error types without a status (an error event in a stream)")
 
 // ============================== OpenAI streams ==============================
 
+TEST_CASE("an OpenAI stream's tool calls and refusal come out in raw, as the completion they "
+          "add up to") {
+  const std::string stream =
+      openai_chunk(R"([{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[)"
+                   R"({"index":0,"id":"call_1","type":"function","function":{"name":"get_)"
+                   R"(weather","arguments":""}}]},"finish_reason":null}])") +
+      openai_chunk(R"([{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"now",)"
+                   R"("arguments":"{\"city\":"}}]},"finish_reason":null}])") +
+      openai_chunk(R"([{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_2","type":)"
+                   R"("function","function":{"name":"noop","arguments":"{}"}}]},"finish_reason":null}])") +
+      openai_chunk(R"([{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":)"
+                   R"("\"Paris\"}"}}]},"finish_reason":null}])") +
+      openai_chunk(R"([{"index":0,"delta":{},"finish_reason":"tool_calls"}])") +
+      openai_stream_usage + openai_stream_done;
+  for (std::size_t chunk : {1u, 5u, 100000u}) {
+    laneq::openai::StreamAccumulator acc;
+    run_stream(acc, stream, chunk);
+    Response out;
+    CHECK_FALSE(acc.finish(out));
+    CHECK(out.text.empty());
+    CHECK(out.finish_reason == "tool_calls");
+    const json& message = out.raw["choices"][0]["message"];
+    CHECK(message["content"].is_null());
+    REQUIRE(message["tool_calls"].size() == 2);
+    CHECK(message["tool_calls"][0] == json::parse(R"({"id":"call_1","type":"function",)"
+                                                  R"("function":{"name":"get_weathernow",)"
+                                                  R"("arguments":"{\"city\":\"Paris\"}"}})"));
+    CHECK(message["tool_calls"][1]["function"]["name"] == "noop");
+    CHECK(out.raw["choices"][0]["finish_reason"] == "tool_calls");
+    CHECK(out.raw["usage"]["prompt_tokens"] == 9);
+  }
+  // A refusal: no content, the refusal's words in raw.
+  laneq::openai::StreamAccumulator refused;
+  run_stream(refused,
+             openai_chunk(R"([{"index":0,"delta":{"role":"assistant","content":null,"refusal":""},"finish_reason":null}])") +
+                 openai_chunk(R"([{"index":0,"delta":{"refusal":"I can't "},"finish_reason":null}])") +
+                 openai_chunk(R"([{"index":0,"delta":{"refusal":"help with that."},"finish_reason":null}])") +
+                 openai_chunk(R"([{"index":0,"delta":{},"finish_reason":"stop"}])") + openai_stream_done);
+  Response out;
+  CHECK_FALSE(refused.finish(out));
+  CHECK(out.raw["choices"][0]["message"]["refusal"] == "I can't help with that.");
+  CHECK_FALSE(out.raw["choices"][0]["message"].contains("tool_calls"));
+  CHECK_FALSE(out.raw.contains("usage"));
+  // A plain text stream: raw holds its text as content.
+  laneq::openai::StreamAccumulator plain;
+  run_stream(plain, openai_stream_head + openai_stream_finish + openai_stream_done);
+  Response p;
+  CHECK_FALSE(plain.finish(p));
+  CHECK(p.raw["choices"][0]["message"]["content"] == "Hello, world");
+  CHECK(p.raw["object"] == "chat.completion");
+}
+
 TEST_CASE("a full OpenAI stream yields its text, deltas, finish reason and usage chunk") {
   for (std::size_t chunk : {1u, 3u, 64u, 100000u}) {
     INFO("chunk " << chunk);
@@ -582,6 +634,41 @@ TEST_CASE("OpenAI stream: other choices, keep-alives and events after [DONE] are
 }
 
 // ============================== Anthropic streams ==============================
+
+TEST_CASE("an Anthropic stream's content blocks come out in raw, tool_use input parsed from its "
+          "pieces") {
+  const std::string stream =
+      anthropic_stream_head +
+      sse_event("content_block_stop", R"({"type":"content_block_stop","index":0})") +
+      sse_event("content_block_start",
+                R"({"type":"content_block_start","index":1,"content_block":{"type":"tool_use",)"
+                R"("id":"toolu_1","name":"get_weather","input":{}}})") +
+      sse_event("content_block_delta",
+                R"({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta",)"
+                R"("partial_json":"{\"city\": \"Pa"}})") +
+      sse_event("content_block_delta",
+                R"({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta",)"
+                R"("partial_json":"ris\"}"}})") +
+      sse_event("content_block_stop", R"({"type":"content_block_stop","index":1})") +
+      sse_event("message_delta",
+                R"({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":30}})") +
+      sse_event("message_stop", R"({"type":"message_stop"})");
+  for (std::size_t chunk : {1u, 9u, 100000u}) {
+    laneq::anthropic::StreamAccumulator acc;
+    run_stream(acc, stream, chunk);
+    Response out;
+    CHECK_FALSE(acc.finish(out));
+    CHECK(out.text == "Hello, world");
+    CHECK(out.finish_reason == "tool_use");
+    REQUIRE(out.raw["content"].size() == 2);
+    CHECK(out.raw["content"][0] == json{{"type", "text"}, {"text", "Hello, world"}});
+    CHECK(out.raw["content"][1] == json::parse(R"({"type":"tool_use","id":"toolu_1",)"
+                                               R"("name":"get_weather","input":{"city":"Paris"}})"));
+    CHECK(out.raw["stop_reason"] == "tool_use");
+    CHECK(out.raw["usage"]["output_tokens"] == 30);
+    CHECK(out.raw["usage"]["cache_read_input_tokens"] == 5);
+  }
+}
 
 TEST_CASE("a full Anthropic stream yields its text, deltas, stop reason and both usages") {
   for (std::size_t chunk : {1u, 5u, 4096u}) {

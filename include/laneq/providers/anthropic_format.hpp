@@ -7,6 +7,9 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "laneq/detail/stream_accumulator.hpp"
 #include "laneq/request.hpp"
@@ -83,13 +86,21 @@ class StreamAccumulator : public detail::stream_accumulator_base {
   Usage usage() const noexcept;
 
   // Hands the result over (call once, after the body ended): out.text (the partial text too),
-  // usage, finish_reason, error_type, error_message; other fields are the caller's (status,
-  // headers, raw). Returns the stream's error if one came (an `error` event after a 200 is a
-  // failed request), else errc::network when the stream ended before message_stop — a partial
-  // answer must never look like success — else success.
+  // usage, finish_reason, error_type, error_message, and out.raw: the message the events add up
+  // to, {"type": "message", "role": "assistant", "content": [blocks: text joined, tool_use with
+  // its input parsed from the input_json_delta pieces (kept as a string if they do not parse),
+  // others as they started], "stop_reason", "usage"} (what a non-streamed call's body holds);
+  // status and headers are the caller's. Returns the stream's error if one came (an `error`
+  // event after a 200 is a failed request), else errc::network when the stream ended before
+  // message_stop — a partial answer must never look like success — else success.
   std::error_code finish(Response& out);
 
  private:
+  nlohmann::json* block_at(const nlohmann::json& event);
+  static std::size_t index_of(const nlohmann::json& event);
+
+  nlohmann::json content_ = nlohmann::json::array();  // blocks by index
+  std::vector<std::string> partial_json_;             // tool_use input pieces, by index
   // Kept apart because message_start and message_delta each report some of them (cumulative).
   std::int64_t input_tokens_ = 0;
   std::int64_t cache_creation_input_tokens_ = 0;

@@ -8,6 +8,8 @@
 #include <system_error>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "laneq/detail/stream_accumulator.hpp"
 #include "laneq/request.hpp"
 #include "laneq/sse.hpp"
@@ -68,7 +70,9 @@ std::error_code error_code_for(int status, std::string_view type, std::string_vi
                                std::string_view message) noexcept;
 
 // Accumulates a streamed completion (stream: true) from its SSE events: content deltas of
-// choice 0, its finish_reason, and the usage chunk (choices: []) that include_usage adds.
+// choice 0, its finish_reason, and the usage chunk (choices: []) that include_usage adds; also
+// choice 0's refusal and tool_calls deltas (by index: id, type, function name and arguments
+// joined), which finish() hands over in out.raw as the completion they add up to.
 // Finished by `data: [DONE]`. Events after [DONE] or after an error are ignored.
 class StreamAccumulator : public detail::stream_accumulator_base {
  public:
@@ -86,13 +90,21 @@ class StreamAccumulator : public detail::stream_accumulator_base {
   const Usage& usage() const noexcept { return usage_; }
 
   // Hands the result over (call once, after the body ended): out.text (the partial text too),
-  // usage, finish_reason, error_type, error_message; other fields are the caller's (status,
-  // headers, raw). Returns the stream's error if one came, else errc::network when the stream
-  // ended before [DONE] — a partial answer must never look like success — else success.
+  // usage, finish_reason, error_type, error_message, and out.raw: the completion the chunks add
+  // up to, {"object": "chat.completion", "choices": [{"index": 0, "message": {"role",
+  // "content", "refusal"?, "tool_calls"?}, "finish_reason"}], "usage"?} (what a non-streamed
+  // call's body holds); status and headers are the caller's. Returns the stream's error if one
+  // came, else errc::network when the stream ended before [DONE] — a partial answer must never
+  // look like success — else success.
   std::error_code finish(Response& out);
 
  private:
+  void on_tool_call_delta(const nlohmann::json& delta);
+
   Usage usage_{};
+  std::string refusal_{};
+  nlohmann::json tool_calls_{};  // null until one comes, then an array by index
+  nlohmann::json usage_raw_{};   // the usage object as sent
 };
 
 }  // namespace laneq::openai
