@@ -25,8 +25,10 @@ RateBudgets::RateBudgets(std::vector<BudgetSpec> specs, Ticket first_ticket)
 }
 
 Duration RateBudgets::spacing(const Budget& b, std::int64_t cost) const {
-  // cost * period / limit without overflow (periods are ns, costs may be millions of tokens)
-  const int128 ns = static_cast<int128>(cost) * b.spec.period.count() / b.spec.limit;
+  // cost * period / limit without overflow (periods are ns, costs may be millions of tokens);
+  // never beyond one period either way: the window frees any cost by then
+  const int128 period = b.spec.period.count();
+  const int128 ns = std::clamp<int128>(static_cast<int128>(cost) * period / b.spec.limit, -period, period);
   return Duration(static_cast<Duration::rep>(ns));
 }
 
@@ -89,6 +91,7 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
 void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t estimate,
                             std::int64_t actual, TimePoint now) {
   Budget& b = budgets_.at(budget);
+  if (ticket == 0) return;  // debt and the server's view carry ticket 0: no grant of anyone's
   actual = std::max<std::int64_t>(0, actual);
   expire(b, now);
   // Recent grants are at the back: search from there.
@@ -97,7 +100,10 @@ void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t esti
     const std::int64_t diff = actual - it->cost;
     it->cost = actual;
     b.spent += diff;
-    if (b.spec.smooth) b.next_smooth = std::max(it->at, b.next_smooth + spacing(b, diff));
+    // Spaced by what it really cost, but never later than a period from now: the window has
+    // freed any debt by then (a server's absurd usage must not stop the budget for years).
+    if (b.spec.smooth)
+      b.next_smooth = std::min(std::max(it->at, b.next_smooth + spacing(b, diff)), now + b.spec.period);
     return;
   }
   if (const std::int64_t owed = actual - estimate; owed > 0) spend_now(b, owed, now);

@@ -64,6 +64,15 @@ void validate(const RateLimits& l, const std::string& name) {
   if (l.period.count() <= 0)
     throw std::system_error(make_error_code(errc::invalid_config),
                             "RateLimits::period must be > 0 (limiter \"" + name + "\")");
+  // Bounds that keep the window's time and unit arithmetic far from overflow.
+  if (l.period > std::chrono::hours(24 * 366))
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            "RateLimits::period must be at most a year (limiter \"" + name + "\")");
+  for (std::size_t k = 0; k < k_count; ++k)
+    if (limits[k] > (std::int64_t{1} << 50))
+      throw std::system_error(make_error_code(errc::invalid_config),
+                              "RateLimits::" + std::string(kind_names[k]) + " must be at most 2^50 (limiter \"" +
+                                  name + "\")");
 }
 
 }  // namespace
@@ -148,6 +157,12 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     return until == 0 || steady::now().time_since_epoch().count() >= until;
   }
 
+  // No budgets (a pause alone held it): nothing was charged, so nothing may be reconciled
+  // later, even against a budget set_limits adds meanwhile.
+  RateLimiter::Ticket ticket_of(const RateBudgets::Grant& g) const {
+    return budgets.size() == 0 ? RateLimiter::unmetered_ticket : g.ticket;
+  }
+
   void service_waiters(ready_list& ready) {
     const auto now = steady::now();
     while (!waiters.empty()) {
@@ -161,7 +176,7 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
       ready.emplace_back(std::move(it->second.done),
                          std::pair{g.never ? make_error_code(errc::exceeds_rate_limit)
                                            : std::error_code{},
-                                   g.ticket});
+                                   g.never ? RateLimiter::Ticket{0} : ticket_of(g)});
       waiters.erase(it);
     }
     disarm();
@@ -205,7 +220,7 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     const auto g = budgets.try_acquire(c, steady::now());
     if (!g.granted) return 0;
     ++granted;
-    return g.ticket;
+    return ticket_of(g);
   }
 
   static void run(ready_list& ready) {

@@ -375,6 +375,10 @@ TEST_CASE("invalid limits are rejected with invalid_config naming the field", "[
   CHECK_THROWS_WITH(RateLimiter(io.get_executor(), {.requests = -1}), Catch::Contains("requests"));
   CHECK_THROWS_WITH(RateLimiter(io.get_executor(), {.tokens = 10, .period = 0s}),
                     Catch::Contains("period"));
+  CHECK_THROWS_WITH(RateLimiter(io.get_executor(), {.tokens = 10, .period = std::chrono::hours(24 * 400)}),
+                    Catch::Contains("period must be at most a year"));
+  CHECK_THROWS_WITH(RateLimiter(io.get_executor(), {.tokens = (std::int64_t{1} << 50) + 1}),
+                    Catch::Contains("tokens must be at most 2^50"));
   RateLimiter lim(io.get_executor(), {.requests = 5, .period = 10s});
   bool threw = false;
   try {
@@ -454,6 +458,11 @@ TEST_CASE("without budgets only pauses hold grants", "[limiter][pause]") {
   CHECK(ms(o.at - t0) >= 140);
   CHECK(ms(o.at - t0) < 150 + 1000);
   CHECK(lim.snapshot().granted == 1001);  // the lock-free grants are counted too
+  // Nothing was charged for it: a budget added later is not charged when it is reconciled.
+  CHECK(o.ticket == RateLimiter::unmetered_ticket);
+  lim.set_limits({.tokens = 1000});
+  lim.reconcile(o.ticket, {}, tokens(600));
+  CHECK(lim.snapshot().budgets.at(0).available == 1000);
   // With a budget the lock-free path is off: grants are charged and run out.
   lim.set_limits({.requests = 2});
   CHECK(lim.try_acquire({}) != 0);

@@ -116,6 +116,24 @@ TEST_CASE("a charge beyond the limit is debt paid from future budget", "[rate_bu
   CHECK(next.ready_at == t0 + 60s);
 }
 
+TEST_CASE("smooth mode: absurd usage delays the next grant by one period at most, and debt "
+          "entries are no one's ticket",
+          "[rate_budget]") {
+  RateBudgets b({{.name = "tokens", .limit = 10'000, .period = 60s, .smooth = true}});
+  auto g = b.try_acquire(c({100}), t0);
+  REQUIRE(g.granted);
+  b.reconcile(g.ticket, 0, 100, std::int64_t{1} << 40, t0 + 1s);  // the queue's own cap
+  auto next = b.try_acquire(c({1}), t0 + 2s);
+  CHECK_FALSE(next.granted);
+  CHECK(next.ready_at <= t0 + 1s + 60s);  // was ~209 years (or wrapped negative)
+  CHECK(b.try_acquire(c({1}), t0 + 2min).granted);
+
+  RateBudgets d({{.name = "tokens", .limit = 1000, .period = 60s}});
+  d.lower_remaining(0, 500, t0);  // the server says 500 remain: 500 spent, as ticket 0
+  d.reconcile(0, 0, 10, 0, t0);   // not a grant: changes nothing
+  CHECK(d.available(0, t0) == 500);
+}
+
 TEST_CASE("a call that outlives the period is charged its extra usage as debt", "[rate_budget]") {
   RateBudgets b({{.name = "tokens", .limit = 1000, .period = 10s}});
   auto g = b.try_acquire(c({100}), t0);
