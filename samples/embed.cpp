@@ -6,6 +6,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 #include <algorithm>
@@ -25,9 +26,12 @@ using asio::ip::tcp;
 int main() {
   asio::io_context io(4);
   std::atomic<int> heartbeats{0}, echoes{0};
+  // The application's own objects live on one strand: a timer or acceptor must not be used from
+  // two of the loop's threads at once (the queue keeps its own strand).
+  auto app = asio::make_strand(io);
 
   // The application's own work: a heartbeat...
-  asio::steady_timer heartbeat(io);
+  asio::steady_timer heartbeat(app);
   std::atomic<bool> stop{false};
   std::function<void()> beat = [&] {
     heartbeat.expires_after(10ms);
@@ -40,8 +44,8 @@ int main() {
   beat();
 
   // ...and an echo server on a loopback port.
-  tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+  tcp::acceptor acceptor(app, {asio::ip::make_address("127.0.0.1"), 0});
+  asio::co_spawn(app, [&]() -> asio::awaitable<void> {
     for (;;) {
       auto [ec, sock] = co_await acceptor.async_accept(
           asio::experimental::as_tuple(asio::use_awaitable));
@@ -57,7 +61,7 @@ int main() {
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 8, .reserved_workers = 2});
   queue.start();
 
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+  asio::co_spawn(app, [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
     // echo clients interleaved with queue traffic
     for (int i = 0; i < 20; ++i) {

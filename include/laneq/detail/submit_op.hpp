@@ -367,8 +367,8 @@ class submit_op final : public submit_op_base {
     }
     // Else a worker or a posted cancel lets go later, on the queue's strand: the memory then
     // goes back to std::allocator there, or to any other allocator here, on the handler's
-    // executor (kept busy until then by b_.work), so an allocator that is not thread-safe is
-    // never called from two threads.
+    // executor (kept busy until then by b_.work): one submit's calls to its allocator never
+    // overlap. (Different submits' may, on an executor of several threads, as with Asio.)
     if (call) std::move(h)(ec, std::move(r));
   }
 
