@@ -25,6 +25,7 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
   constexpr int n = 20000;
   asio::io_context io(4);
   laneq::SimulatedProvider provider(std::move(pc));
+  const laneq::RateLimits limits = cfg.rate_limits;
   laneq::RequestQueue queue(io.get_executor(), provider, std::move(cfg));
   queue.start();
 
@@ -80,7 +81,23 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
 
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) threads.emplace_back([&] { io.run(); });
+  // What the header allows from any thread, while the loop runs the queue (TSan watches):
+  // snapshots, their export, weights, the limiter's snapshot and (unchanged) limits.
+  std::size_t observed = 0;  // checked after the join: Catch2's assertions are not thread-safe
+  std::thread observer([&] {
+    int k = 0;
+    do {  // once at least, however fast the loop is done
+      const auto m = queue.metrics();
+      observed += laneq::to_prometheus(m).empty() ? 0 : 1;
+      queue.set_client_weight("c" + std::to_string(k % 17), 1 + k % 3);
+      (void)queue.limiter().snapshot();
+      if (k++ % 16 == 0) queue.limiter().set_limits(limits);
+      std::this_thread::yield();
+    } while (completed.load() < n);
+  });
   for (auto& t : threads) t.join();
+  observer.join();
+  CHECK(observed > 0);
 
   CHECK(completed == n);
   for (int i = 0; i < n; ++i) REQUIRE(slots[i].completions.load() == 1);
