@@ -58,7 +58,8 @@ class RateBudgets {
 
   // Replaces a granted estimate by the actual amount: refunds or charges the difference. If the
   // grant already aged out of the window (a call longer than the period), a refund is moot and
-  // an extra charge is taken as debt from now.
+  // an extra charge is taken as debt from now. Once per ticket: a second call after the grant
+  // aged out would charge the extra again. Ticket 0 (no grant) changes nothing.
   void reconcile(Ticket ticket, std::size_t budget, std::int64_t estimate, std::int64_t actual,
                  TimePoint now);
 

@@ -115,7 +115,7 @@ class RateLimiter {
 
   // The call is over: charge `actual` instead of `estimate` (refund or extra charge; an extra
   // charge beyond the limit is debt that later grants wait out). A call that never happened:
-  // reconcile with actual = {0, 0, 0}.
+  // reconcile with actual = {0, 0, 0}. Once per ticket.
   void reconcile(Ticket ticket, RateCost estimate, RateCost actual);
 
   // The server's view from a response's rate-limit headers: lowers what remains (a bucket at 0
@@ -123,7 +123,8 @@ class RateLimiter {
   void observe(const Headers& headers);
   void observe(const RateLimitInfo& info);  // the same, already parsed
 
-  // Holds every grant for `d` from now (a 429 / 529): one pause for all waiters.
+  // Holds every grant for `d` from now (a 429 / 529): one pause for all waiters. At most 24 h
+  // (a longer `d` is taken as 24 h: a server's absurd reset must not stop a process for good).
   void pause_for(std::chrono::nanoseconds d);
 
   // New limits at runtime. What was spent stays spent in every budget that remains (also when
