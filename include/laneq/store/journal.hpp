@@ -86,6 +86,8 @@ struct JournalStats {
 struct JournalListOptions {
   JournalStateSet states = JournalStateSet::all();
   std::int64_t after_row = 0;
+  // 0 = every matching row. A list runs on the writer thread between commits and holds its
+  // rows in memory: on a large journal, page (after_row = the last row seen, limit = 1000).
   std::size_t limit = 0;
 };
 
