@@ -358,6 +358,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       model_limiters_.emplace(model, std::make_unique<RateLimiter>(ex, limits, model));
     for (const auto& [client, w] : cfg_.client_weights) sched_.set_client_weight(client, w);
     for (const LaneConfig* l : lanes_by_rank(sched_, cfg_)) lane_when_full_.push_back(l->when_full);
+    for (std::size_t i = 0; i < sched_.lane_count(); ++i)
+      if (sched_.lane(i).reserved) reserved_lanes_ |= std::uint64_t{1} << i;
     journal_ = cfg_.journal_store ? cfg_.journal_store
                                   : (cfg_.journal.path.empty() ? nullptr : Journal::open(cfg_.journal));
     if (journal_) link_ = std::make_shared<journal_link>(this, strand_);
@@ -622,9 +624,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   // No room, unless a parked reserved worker takes it at once: it needs none (it leaves the
   // scheduler as it enters), so a critical request never waits for a full queue of batch work.
+  // (Not past an earlier waiter of a reserved lane: that one goes first, see take_next.)
   bool must_wait(const submit_op_base* op) const {
-    return (sched_.full() || !waiting_.empty()) &&
-           !(!idle_reserved_.empty() && sched_.lane(op->lane).reserved);
+    if (!sched_.full() && waiting_.empty()) return false;
+    return idle_reserved_.empty() || !sched_.lane(op->lane).reserved ||
+           waiting_.any_in(reserved_lanes_);
   }
 
   void wait_for_room(op_ptr op) {
@@ -812,17 +816,23 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->deadline != never) wait_deadlines_.erase({op->deadline, op});
   }
 
+  // The waiter of `lanes` (a bit each) with the best effective rank, as the scheduler ranks.
+  op_ptr best_waiter(steady::time_point now, std::uint64_t lanes) const {
+    return waiting_.best(
+        [&](std::size_t lane, const submit_op_base& head) {
+          return sched_.effective_rank(lane, head.submitted_at, now);
+        },
+        lanes);
+  }
+
   // Room appeared in the scheduler: waiters go in, the best effective rank first (a critical
   // waiter before batch work that came earlier; aging as in the scheduler), and parked workers
   // get what they may take (a critical waiter may be for a parked reserved worker).
   void admit_waiters() {
     if (waiting_.empty() || sched_.full()) return;
     const auto now = steady::now();
-    const auto rank = [&](std::size_t lane, const submit_op_base& head) {
-      return sched_.effective_rank(lane, head.submitted_at, now);
-    };
     while (!sched_.full()) {
-      op_ptr op = waiting_.best(rank);
+      op_ptr op = best_waiter(now, ~std::uint64_t{0});
       if (!op) break;
       unlink_waiting(op);
       enqueue(op, true);
@@ -869,6 +879,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // whose deadline passed before the queue's timer ran (a busy loop runs it late) expires here:
   // it never reaches the provider.
   op_ptr take_next(bool reserved, steady::time_point now) {
+    // A reserved lane's waiter (it came while every reserved worker was busy) goes to a free
+    // reserved worker before room appears, and before any later one that may pass it.
+    if (reserved && !waiting_.empty() && !sched_.has_reserved_work())
+      if (op_ptr op = best_waiter(now, reserved_lanes_)) {
+        unlink_waiting(op);
+        enqueue(op, true, true);
+      }
     bool expired = false;
     for (;;) {
       auto item = reserved ? sched_.pop_reserved(now) : sched_.pop(now);
@@ -1425,6 +1442,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   std::vector<std::unique_ptr<worker>> workers_;
   std::vector<worker*> idle_any_, idle_reserved_;
   waiting_room waiting_;  // admitted, waiting for room in the scheduler
+  std::uint64_t reserved_lanes_ = 0;  // a bit per reserved lane
   std::set<std::pair<steady::time_point, op_ptr>> wait_deadlines_;
   std::vector<unique_function<void(std::error_code)>> shutdown_waiters_;
   std::unique_ptr<RateLimiter> limiter_;

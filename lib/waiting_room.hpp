@@ -31,16 +31,16 @@ class waiting_room {
   }
 
   void push(submit_op_base* op) {
+    const std::string_view client = op->options.client;
+    if (auto it = per_client_.find(client); it != per_client_.end())
+      ++it->second;
+    else
+      per_client_.emplace(std::string(client), 1);  // first: it may throw, the links not
     fifo& l = lanes_[op->lane];
     op->wait = {l.tail, nullptr};
     (l.tail ? l.tail->wait.next : l.head) = op;
     l.tail = op;
     ++size_;
-    const std::string_view client = op->options.client;
-    if (auto it = per_client_.find(client); it != per_client_.end())
-      ++it->second;
-    else
-      per_client_.emplace(std::string(client), 1);
   }
 
   void erase(submit_op_base* op) {
@@ -53,15 +53,15 @@ class waiting_room {
     if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
   }
 
-  // The waiter room goes to next: the lowest rank(lane, op) over the lanes' oldest waiters;
-  // nullptr when none waits. O(lanes).
+  // The waiter room goes to next: the lowest rank(lane, op) over the oldest waiters of the
+  // lanes in `lanes` (a bit per lane); nullptr when none waits there. O(lanes).
   template <class Rank>
-  submit_op_base* best(Rank rank) const {
+  submit_op_base* best(Rank rank, std::uint64_t lanes = ~std::uint64_t{0}) const {
     submit_op_base* pick = nullptr;
     std::int64_t pick_rank = 0;
     for (std::size_t lane = 0; lane < lanes_.size(); ++lane) {
       submit_op_base* head = lanes_[lane].head;
-      if (head == nullptr) continue;
+      if (head == nullptr || (lanes >> lane & 1) == 0) continue;
       const std::int64_t r = rank(lane, *head);
       if (pick == nullptr || r < pick_rank ||
           (r == pick_rank && head->submitted_at < pick->submitted_at)) {
@@ -70,6 +70,13 @@ class waiting_room {
       }
     }
     return pick;
+  }
+
+  // Whether anyone waits in the lanes of `lanes` (a bit per lane).
+  bool any_in(std::uint64_t lanes) const noexcept {
+    for (std::size_t lane = 0; lane < lanes_.size(); ++lane)
+      if ((lanes >> lane & 1) != 0 && lanes_[lane].head != nullptr) return true;
+    return false;
   }
 
   // Any waiter (shutdown empties the room in no particular order).

@@ -306,6 +306,20 @@ TEST_CASE("a resume refuses an output file it cannot trust, and cuts only a torn
   CHECK(r.code == 2);
   CHECK(r.err.find("out.jsonl: line 2 is not a result line") != std::string::npos);
   CHECK(count_lines(dir.file("out.jsonl")) == 4);
+  // a line refused before it was journaled (its cost exceeds --tpm): its error line is ours,
+  // and a resume keeps it
+  {
+    auto big = chat_line("big");
+    big["body"]["max_tokens"] = 50000;
+    write_lines(dir.file("in2.jsonl"), {chat_line("small").dump(), big.dump()});
+    std::vector<std::string> run2 = {"run", dir.file("in2.jsonl"), "--out", dir.file("out2.jsonl"),
+                                     "--journal", dir.file("run2.db"), "--mock", "--tpm", "10000",
+                                     "--mock-latency-ms", "1", "--progress", "none"};
+    CHECK(run_cli(run2).code == 1);
+    const auto again = run_cli(run2);
+    CHECK(again.code == 1);  // not 2: the output is this journal's run
+    CHECK(read_output(dir.file("out2.jsonl")).size() == 2);
+  }
   // another run's results with a fresh journal: refused, not skipped
   kept.erase(kept.begin() + 1);
   write_lines(dir.file("out.jsonl"), kept);

@@ -359,6 +359,40 @@ TEST_CASE("a critical request that finds the queue full starts at once on a park
   });
 }
 
+TEST_CASE("a critical request that waited for room while the reserved worker was busy goes to "
+          "it as soon as it is free, before later critical ones",
+          "[queue][backpressure][reserved]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency_fn = [](const laneq::Request& r, auto&) {
+    const auto& text = r.messages.at(0).content;
+    return std::chrono::nanoseconds(text == "c0" ? 150ms : text.starts_with("low") ? 1500ms : 1ms);
+  }});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .reserved_workers = 1, .max_pending = 2});
+  queue.start();
+  std::map<std::string, laneq::Response> done;
+  auto submit = [&](std::string name, Priority p) {
+    queue.async_submit(chat(name), {.priority = p}, [&, name](std::error_code ec, laneq::Response r) {
+      CHECK_FALSE(ec);
+      done[name] = std::move(r);
+    });
+  };
+  submit("c0", Priority::critical);  // the reserved worker, 150 ms
+  submit("low1", Priority::low);     // the general worker, 1.5 s
+  submit("low2", Priority::low);     // queued: full
+  submit("low3", Priority::low);
+  run_until(io, [&] { return provider.seen().size() == 2; });
+  submit("a", Priority::critical);   // the reserved worker is busy: waits for room
+  submit("b", Priority::critical);
+  run_until(io, [&] { return done.count("a") && done.count("b"); });
+  CHECK(done["a"].queue_wait < 1s);  // at ~150 ms, when c0 is done; not ~1.5 s, at room
+  const auto seen = provider.seen();
+  const auto pos = [&](const std::string& n) { return std::find(seen.begin(), seen.end(), n) - seen.begin(); };
+  CHECK(pos("a") < pos("b"));
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+}
+
 TEST_CASE("when room appears, waiters go in by lane (with aging), not by arrival: a critical "
           "waiter goes before batch work that waited longer",
           "[queue][backpressure]") {

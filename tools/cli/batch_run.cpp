@@ -201,12 +201,13 @@ class BatchRun {
       earlier_ = read_earlier_output(o_.output);
       // Outcomes the journal committed but the output missed (a crash between the two).
       auto finished = list_finished();
-      // A result the journal never finished is not from this journal's run: trusting it would
-      // skip its line, running it again would write its custom_id twice.
+      // A success the journal never finished is not from this journal's run: trusting it would
+      // skip its line, running it again would write its custom_id twice. (A failure may be one
+      // refused before it was journaled, e.g. exceeds_rate_limit: it stays as it is.)
       std::unordered_set<std::string> known;
       for (const auto& rec : finished) known.insert(rec.id);
       for (const auto& [id, ok] : earlier_.results)
-        if (!known.contains(id))
+        if (ok && !known.contains(id))
           throw setup_error{o_.output + " holds a result for \"" + id + "\" that the journal " +
                             o_.journal + " does not: it is from another run; choose another " +
                             "--out, or the journal that run used"};
