@@ -378,11 +378,16 @@ void RateLimiter::observe(const RateLimitInfo& info) {
         &info.requests, &info.tokens, &info.input_tokens, &info.output_tokens};
     const bool per_minute = s.limits.period == std::chrono::minutes(1);
     if (s.limits.adopt_server_limits) {
-      // The server's limits, up or down; a kind the config left at 0 gets a budget of its own.
+      // The server's limits, up or down; a kind the config left at 0 gets a budget of its own,
+      // except a combined tokens one where the server states input and output limits apart:
+      // Anthropic's tokens headers show the most restrictive of those, not an input + output
+      // budget.
       RateLimits adopted = s.limits;
+      const bool split = info.input_tokens.limit || info.output_tokens.limit;
       for (std::size_t k = 0; k < k_count; ++k) {
         const auto& b = *buckets[k];
         if (!b.limit || *b.limit <= 0) continue;
+        if (k == k_tokens && split && s.limits.tokens == 0) continue;
         // Providers state limits per minute; our budget counts per `period`.
         // (capped at 2^50 before the conversion: a server's absurd limit must not overflow it)
         limit_field(adopted, static_cast<kind>(k)) = std::max<std::int64_t>(

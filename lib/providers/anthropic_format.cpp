@@ -182,11 +182,23 @@ void StreamAccumulator::on_event(const SseEvent& event) {
     const json* delta = member(data, "delta");
     if (!delta || !delta->is_object()) return fail(err(errc::malformed_response));
     const std::string_view kind = string_at(*delta, "type");
+    // A piece of the block's `field` (its text, thinking or signature), joined in raw.
+    const auto add_to_block = [&](const char* field) {
+      const json* piece = member(*delta, field);
+      if (!piece || !piece->is_string()) return;
+      json* kept = block_at(data);
+      if (!kept) return;
+      json& f = (*kept)[field];
+      if (!f.is_string()) f = "";
+      f.get_ref<std::string&>() += piece->get_ref<const std::string&>();
+    };
     if (kind == "text_delta") {
       append_text(member(*delta, "text"));
-      if (json* kept = block_at(data); kept && kept->contains("text") && (*kept)["text"].is_string())
-        if (const json* t = member(*delta, "text"); t && t->is_string())
-          (*kept)["text"].get_ref<std::string&>() += t->get_ref<const std::string&>();
+      add_to_block("text");
+    } else if (kind == "thinking_delta") {
+      add_to_block("thinking");
+    } else if (kind == "signature_delta") {
+      add_to_block("signature");
     } else if (kind == "input_json_delta") {
       const json* piece = member(*delta, "partial_json");
       if (!piece || !piece->is_string()) return fail(err(errc::malformed_response));

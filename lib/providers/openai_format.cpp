@@ -159,11 +159,19 @@ void StreamAccumulator::on_event(const SseEvent& event) {
 // add to function.arguments.
 void StreamAccumulator::on_tool_call_delta(const json& delta) {
   if (!delta.is_object()) return fail(err(errc::malformed_response));
-  const json* index = member(delta, "index");
-  if (!index || !index->is_number_unsigned() || index->get<std::uint64_t>() > 1024)
-    return fail(err(errc::malformed_response));
   if (tool_calls_.is_null()) tool_calls_ = json::array();
-  const auto i = index->get<std::size_t>();
+  // Its place: "index" (OpenAI); some compatible servers send none (Gemini, older Ollama): then
+  // the call with this "id", a new one for a new id, else the last one.
+  std::size_t i = tool_calls_.size();
+  if (const json* index = member(delta, "index"); index && index->is_number_unsigned()) {
+    if (index->get<std::uint64_t>() > 1024) return fail(err(errc::malformed_response));
+    i = index->get<std::size_t>();
+  } else if (const json* id = member(delta, "id"); id && id->is_string() && !id->get_ref<const std::string&>().empty()) {
+    for (std::size_t k = 0; k < tool_calls_.size(); ++k)
+      if (tool_calls_[k]["id"] == *id) i = k;
+  } else if (!tool_calls_.empty()) {
+    i = tool_calls_.size() - 1;
+  }
   while (tool_calls_.size() <= i)
     tool_calls_.push_back({{"id", ""}, {"type", "function"},
                            {"function", {{"name", ""}, {"arguments", ""}}}});

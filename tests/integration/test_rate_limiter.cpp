@@ -639,6 +639,21 @@ TEST_CASE("server limits are adopted only with adopt_server_limits, scaled to th
     CHECK(snap.budgets[1].name == "tokens");
     CHECK(snap.budgets[1].limit == 90000);
   }
+  SECTION("on: Anthropic's tokens headers (its most restrictive limit) make no combined budget "
+          "beside its input and output ones") {
+    RateLimiter lim(io.get_executor(), {.input_tokens = 1000, .output_tokens = 100,
+                                        .adopt_server_limits = true});
+    lim.observe({{"anthropic-ratelimit-input-tokens-limit", "40000"},
+                 {"anthropic-ratelimit-output-tokens-limit", "8000"},
+                 {"anthropic-ratelimit-tokens-limit", "8000"},
+                 {"anthropic-ratelimit-requests-limit", "50"}});
+    const auto snap = lim.snapshot();
+    REQUIRE(snap.budgets.size() == 3);
+    CHECK(snap.budgets[0].name == "requests");
+    CHECK(snap.budgets[1].name == "input_tokens");
+    CHECK(snap.budgets[2].name == "output_tokens");
+    CHECK(lim.fits({.requests = 1, .input_tokens = 20000, .output_tokens = 4000}));
+  }
   SECTION("on: an absurd limit is capped, not overflowed") {
     RateLimiter lim(io.get_executor(), {.tokens = 1000, .period = 10min,
                                         .adopt_server_limits = true});

@@ -553,6 +553,27 @@ TEST_CASE("an OpenAI stream's tool calls and refusal come out in raw, as the com
   CHECK(p.raw["object"] == "chat.completion");
 }
 
+TEST_CASE("an OpenAI-compatible stream whose tool call deltas have no index joins them by id, "
+          "else into the last call") {
+  const std::string stream =
+      openai_chunk(R"([{"index":0,"delta":{"tool_calls":[{"id":"call_a","type":"function",)"
+                   R"("function":{"name":"f","arguments":"{\"x\""}}]},"finish_reason":null}])") +
+      openai_chunk(R"([{"index":0,"delta":{"tool_calls":[{"function":{"arguments":":1}"}}]},)"
+                   R"("finish_reason":null}])") +
+      openai_chunk(R"([{"index":0,"delta":{"tool_calls":[{"id":"call_b","type":"function",)"
+                   R"("function":{"name":"g","arguments":"{}"}}]},"finish_reason":null}])") +
+      openai_chunk(R"([{"index":0,"delta":{},"finish_reason":"tool_calls"}])") + openai_stream_done;
+  laneq::openai::StreamAccumulator acc;
+  run_stream(acc, stream);
+  Response out;
+  CHECK_FALSE(acc.finish(out));
+  const json& calls = out.raw["choices"][0]["message"]["tool_calls"];
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[0]["id"] == "call_a");
+  CHECK(calls[0]["function"]["arguments"] == "{\"x\":1}");
+  CHECK(calls[1]["function"]["name"] == "g");
+}
+
 TEST_CASE("a full OpenAI stream yields its text, deltas, finish reason and usage chunk") {
   for (std::size_t chunk : {1u, 3u, 64u, 100000u}) {
     INFO("chunk " << chunk);
@@ -668,6 +689,31 @@ TEST_CASE("an Anthropic stream's content blocks come out in raw, tool_use input 
     CHECK(out.raw["usage"]["output_tokens"] == 30);
     CHECK(out.raw["usage"]["cache_read_input_tokens"] == 5);
   }
+}
+
+TEST_CASE("an Anthropic stream's thinking block keeps its thinking and signature in raw") {
+  const std::string stream =
+      anthropic_stream_head.substr(0, anthropic_stream_head.find("event: content_block_start")) +
+      sse_event("content_block_start",
+                R"({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}})") +
+      sse_event("content_block_delta",
+                R"({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me "}})") +
+      sse_event("content_block_delta",
+                R"({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"think."}})") +
+      sse_event("content_block_delta",
+                R"({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}})") +
+      sse_event("content_block_stop", R"({"type":"content_block_stop","index":0})") +
+      sse_event("message_delta",
+                R"({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}})") +
+      sse_event("message_stop", R"({"type":"message_stop"})");
+  laneq::anthropic::StreamAccumulator acc;
+  run_stream(acc, stream);
+  Response out;
+  CHECK_FALSE(acc.finish(out));
+  CHECK(out.text.empty());
+  REQUIRE(out.raw["content"].size() == 1);
+  CHECK(out.raw["content"][0] ==
+        json{{"type", "thinking"}, {"thinking", "Let me think."}, {"signature", "EqQB"}});
 }
 
 TEST_CASE("a full Anthropic stream yields its text, deltas, stop reason and both usages") {
