@@ -358,8 +358,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       model_limiters_.emplace(model, std::make_unique<RateLimiter>(ex, limits, model));
     for (const auto& [client, w] : cfg_.client_weights) sched_.set_client_weight(client, w);
     for (const LaneConfig* l : lanes_by_rank(sched_, cfg_)) lane_when_full_.push_back(l->when_full);
-    for (std::size_t i = 0; i < sched_.lane_count(); ++i)
-      if (sched_.lane(i).reserved) reserved_lanes_ |= std::uint64_t{1} << i;
     journal_ = cfg_.journal_store ? cfg_.journal_store
                                   : (cfg_.journal.path.empty() ? nullptr : Journal::open(cfg_.journal));
     if (journal_) link_ = std::make_shared<journal_link>(this, strand_);
@@ -628,7 +626,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   bool must_wait(const submit_op_base* op) const {
     if (!sched_.full() && waiting_.empty()) return false;
     return idle_reserved_.empty() || !sched_.lane(op->lane).reserved ||
-           waiting_.any_in(reserved_lanes_);
+           waiting_.any_in(sched_.reserved_lanes());
   }
 
   void wait_for_room(op_ptr op) {
@@ -882,9 +880,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // A reserved lane's waiter (it came while every reserved worker was busy) goes to a free
     // reserved worker before room appears, and before any later one that may pass it.
     if (reserved && !waiting_.empty() && !sched_.has_reserved_work())
-      if (op_ptr op = best_waiter(now, reserved_lanes_)) {
+      if (op_ptr op = best_waiter(now, sched_.reserved_lanes())) {
         unlink_waiting(op);
-        enqueue(op, true, true);
+        enqueue(op, true);  // a waiter was admitted: it goes in past capacity
       }
     bool expired = false;
     for (;;) {
@@ -1442,7 +1440,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   std::vector<std::unique_ptr<worker>> workers_;
   std::vector<worker*> idle_any_, idle_reserved_;
   waiting_room waiting_;  // admitted, waiting for room in the scheduler
-  std::uint64_t reserved_lanes_ = 0;  // a bit per reserved lane
   std::set<std::pair<steady::time_point, op_ptr>> wait_deadlines_;
   std::vector<unique_function<void(std::error_code)>> shutdown_waiters_;
   std::unique_ptr<RateLimiter> limiter_;

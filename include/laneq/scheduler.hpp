@@ -122,6 +122,8 @@ class Scheduler {
   std::uint64_t next_payload_hint() const noexcept;
   std::optional<Item> pop_reserved(TimePoint now);
   bool has_reserved_work() const noexcept { return (nonempty_ & reserved_mask_) != 0; }
+  // The reserved lanes, a bit per lane index.
+  std::uint64_t reserved_lanes() const noexcept { return reserved_mask_; }
 
   // Removes a queued item (cancel). nullopt if it is not queued (popped, removed, unknown).
   std::optional<Item> remove(ItemId id);
