@@ -234,13 +234,16 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
   // Prometheus text need UTF-8), sharing a series with any other name that reads the same.
   std::string key = detail::to_valid_utf8(name);
   Series* found = nullptr;
+  bool stored_as_named = true;  // its series' key is `name` itself
   {
     std::lock_guard lock(mu_);
     if (const auto it = clients_.find(key); it != clients_.end()) {
       found = it->second.get();
+      stored_as_named = key == name;
     } else {
       const bool own = named_clients_ < max_clients_ && key != other_client;
       if (!own) key = other_client;
+      stored_as_named = key == name;
       auto& slot = clients_[std::move(key)];
       if (!slot) {
         slot = std::make_unique<Series>();
@@ -250,7 +253,7 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
     }
   }
   // Stored under another name: the cache (keyed by stored names) would miss it every time.
-  if (clients_.find(name) == clients_.end()) {  // the recorder's own read: no lock needed
+  if (!stored_as_named) {
     if (aliases_.size() >= max_aliases) aliases_.clear();
     aliases_.emplace(std::string(name), found);
   }
