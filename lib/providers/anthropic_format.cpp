@@ -175,7 +175,7 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   } else if (type == "content_block_start") {
     const json* block = member(data, "content_block");
     if (!block || !block->is_object()) return fail(err(errc::malformed_response));
-    if (json* kept = block_at(data)) *kept = *block;
+    if (const auto i = block_index(data)) content_[*i] = *block;
     if (string_at(*block, "type") == "text" && member(*block, "text"))
       append_text(member(*block, "text"));
   } else if (type == "content_block_delta") {
@@ -186,9 +186,9 @@ void StreamAccumulator::on_event(const SseEvent& event) {
     const auto add_to_block = [&](const char* field) {
       const json* piece = member(*delta, field);
       if (!piece || !piece->is_string()) return;
-      json* kept = block_at(data);
-      if (!kept) return;
-      json& f = (*kept)[field];
+      const auto i = block_index(data);
+      if (!i) return;
+      json& f = content_[*i][field];
       if (!f.is_string()) f = "";
       f.get_ref<std::string&>() += piece->get_ref<const std::string&>();
     };
@@ -202,7 +202,7 @@ void StreamAccumulator::on_event(const SseEvent& event) {
     } else if (kind == "input_json_delta") {
       const json* piece = member(*delta, "partial_json");
       if (!piece || !piece->is_string()) return fail(err(errc::malformed_response));
-      if (block_at(data)) partial_json_[index_of(data)] += piece->get_ref<const std::string&>();
+      if (const auto i = block_index(data)) partial_json_[*i] += piece->get_ref<const std::string&>();
     }
   } else if (type == "message_delta") {
     if (const json* delta = member(data, "delta"); delta && delta->is_object())
@@ -217,18 +217,15 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   // ping, content_block_stop and unknown types carry nothing laneq keeps.
 }
 
-// The block an event's "index" names, made room for (null when the index is missing or absurd).
-json* StreamAccumulator::block_at(const json& event) {
+// The block an event's "index" names, made room for in content_ and partial_json_ (nullopt when
+// the index is missing or absurd).
+std::optional<std::size_t> StreamAccumulator::block_index(const json& event) {
   const json* index = member(event, "index");
-  if (!index || !index->is_number_unsigned() || index->get<std::uint64_t>() > 1024) return nullptr;
+  if (!index || !index->is_number_unsigned() || index->get<std::uint64_t>() > 1024) return std::nullopt;
   const auto i = index->get<std::size_t>();
   while (content_.size() <= i) content_.push_back(json::object());
   if (partial_json_.size() <= i) partial_json_.resize(i + 1);
-  return &content_[i];
-}
-
-std::size_t StreamAccumulator::index_of(const json& event) {
-  return member(event, "index")->get<std::size_t>();  // block_at() checked it
+  return i;
 }
 
 std::error_code StreamAccumulator::finish(Response& out) {

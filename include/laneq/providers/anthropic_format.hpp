@@ -3,6 +3,7 @@
 // bodies, and the streamed events. Pure: no I/O; the HTTP provider wraps it.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -96,8 +97,7 @@ class StreamAccumulator : public detail::stream_accumulator_base {
   std::error_code finish(Response& out);
 
  private:
-  nlohmann::json* block_at(const nlohmann::json& event);
-  static std::size_t index_of(const nlohmann::json& event);
+  std::optional<std::size_t> block_index(const nlohmann::json& event);
 
   nlohmann::json content_ = nlohmann::json::array();  // blocks by index
   std::vector<std::string> partial_json_;             // tool_use input pieces, by index
