@@ -8,6 +8,8 @@
 #include <string>
 #include <system_error>
 
+#include "ascii_case.hpp"
+
 namespace laneq {
 
 namespace {
@@ -20,16 +22,8 @@ constexpr std::uint64_t kMaxNs = static_cast<std::uint64_t>(std::numeric_limits<
 
 constexpr bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
 
-constexpr char lower(char c) noexcept {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (lower(a[i]) != lower(b[i])) return false;
-  return true;
-}
+using detail::iequals;
+constexpr auto lower = detail::ascii_lower;
 
 std::string_view trim(std::string_view s) noexcept {
   constexpr std::string_view ws = " \t\r\n";

@@ -1,6 +1,5 @@
 #include "endpoint.hpp"
 
-#include <cctype>
 #include <cstdlib>
 #include <system_error>
 
@@ -8,6 +7,7 @@
 #include "laneq/detail/post.hpp"
 #include "laneq/provider.hpp"
 #include "http_call.hpp"
+#include "../ascii_case.hpp"
 
 #include <asio/post.hpp>
 
@@ -27,9 +27,8 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
                                 " (or the config's api_key), or a base URL (" + base_env +
                                 ") for an endpoint that needs none");
   if (!custom_base) base = default_base;
-  std::string scheme = base.substr(0, 8);  // schemes are case-insensitive
-  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (!scheme.starts_with("http://") && !scheme.starts_with("https://"))  // curl would guess one
+  // (schemes are case-insensitive; without one curl would guess http://)
+  if (!detail::istarts_with(base, "http://") && !detail::istarts_with(base, "https://"))
     throw std::system_error(make_error_code(errc::invalid_config),
                             std::string(provider) + ": the base URL \"" + base + "\"" +
                                 (base_from_env ? std::string(" (from ") + base_env + ")" : "") +

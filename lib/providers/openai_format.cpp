@@ -8,6 +8,7 @@
 
 #include "laneq/error.hpp"
 #include "../json_text.hpp"
+#include "../ascii_case.hpp"
 #include "format_common.hpp"
 
 namespace laneq::openai {
@@ -20,14 +21,6 @@ using namespace detail;
 void read_usage(const json& usage, Usage& out) {
   if (const auto v = count_at(usage, "prompt_tokens")) out.input_tokens = *v;
   if (const auto v = count_at(usage, "completion_tokens")) out.output_tokens = *v;
-}
-
-bool contains_nocase(std::string_view haystack, std::string_view needle) noexcept {
-  const auto lower = [](char c) {
-    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-  };
-  return std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end(),
-                     [&](char a, char b) { return lower(a) == lower(b); }) != haystack.end();
 }
 
 // The error's words go to a Response, or to a stream's accumulator; the code names it best.
@@ -94,7 +87,7 @@ std::error_code error_code_for(int status, std::string_view type, std::string_vi
   // Billing, not rate: retrying only burns time, whatever status carries it.
   if (code == "insufficient_quota" || type == "insufficient_quota") return err(errc::quota_exceeded);
   // "Request too large for gpt-4o ... on tokens per min" comes as a 429 but can never succeed.
-  const bool too_large = contains_nocase(message, "request too large");
+  const bool too_large = detail::icontains(message, "request too large");
   if (status == 0 || is_2xx(status)) {
     if (too_large) return err(errc::request_too_large);
     if (code == "rate_limit_exceeded" || type == "requests" || type == "tokens")
