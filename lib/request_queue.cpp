@@ -596,8 +596,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     }
     if (op->options.durable && (!op->durable || op->durable->row == 0)) {
       // Once acknowledged it always waits for room: a full lane that rejects says so first.
-      if (lane_when_full_[lane] == WhenFull::reject && must_wait(op))
-        return reject(op, errc::queue_full);
+      if (must_wait(op) && refused_when_full(op)) return reject(op, errc::queue_full);
       return start_journaling(op, now);
     }
     place(op);
@@ -629,10 +628,14 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
            waiting_.any_in(sched_.reserved_lanes());
   }
 
+  // Its lane fails it with queue_full when full, rather than waiting - unless it is a durable
+  // request acknowledged already (journaled, or recovered): that one always waits for room.
+  bool refused_when_full(const submit_op_base* op) const {
+    return lane_when_full_[op->lane] == WhenFull::reject && !(op->durable && op->durable->row > 0);
+  }
+
   void wait_for_room(op_ptr op) {
-    // A durable request was acknowledged already: it always waits for room.
-    if (lane_when_full_[op->lane] == WhenFull::reject && !op->durable)
-      return reject(op, errc::queue_full);
+    if (refused_when_full(op)) return reject(op, errc::queue_full);
     op->st = state::waiting;
     waiting_.push(op);
     metrics_.waiting(op->lane, op->client_ref);
