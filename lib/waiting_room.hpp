@@ -21,7 +21,6 @@ class waiting_room {
   explicit waiting_room(std::size_t lanes) : lanes_(lanes) {}
 
   bool empty() const noexcept { return size_ == 0; }
-  std::size_t size() const noexcept { return size_; }
 
   // How many of `client`'s requests wait here.
   std::size_t client_size(std::string_view client) const {
