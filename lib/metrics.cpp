@@ -232,18 +232,20 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
   if (const auto it = aliases_.find(name); it != aliases_.end()) return ClientRef(it->second);
   // A name that is not valid UTF-8 is kept with its broken sequences as U+FFFD (JSON and
   // Prometheus text need UTF-8), sharing a series with any other name that reads the same.
-  std::string key = detail::to_valid_utf8(name);
+  const bool valid = detail::is_valid_utf8(name);
+  std::string key = valid ? std::string(name) : detail::to_valid_utf8(name);
   Series* found = nullptr;
-  bool stored_as_named = true;  // its series' key is `name` itself
+  // Its series is stored under another name than `name`: "_other", or its U+FFFD spelling. A
+  // series stored under `name` itself is never found here: the look-up above had found it.
+  bool alias = true;
   {
     std::lock_guard lock(mu_);
     if (const auto it = clients_.find(key); it != clients_.end()) {
       found = it->second.get();
-      stored_as_named = key == name;
     } else {
       const bool own = named_clients_ < max_clients_ && key != other_client;
       if (!own) key = other_client;
-      stored_as_named = key == name;
+      alias = !own || !valid;
       auto& slot = clients_[std::move(key)];
       if (!slot) {
         slot = std::make_unique<Series>();
@@ -252,8 +254,8 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
       found = slot.get();
     }
   }
-  // Stored under another name: the cache (keyed by stored names) would miss it every time.
-  if (!stored_as_named) {
+  // The cache (keyed by stored names) would miss an alias every time.
+  if (alias) {
     if (aliases_.size() >= max_aliases) aliases_.clear();
     aliases_.emplace(std::string(name), found);
   }
