@@ -46,7 +46,11 @@ class NginxFixture {
          << " warn;\npid " << (dir_ / "nginx.pid").string() << ";\n"
          << "events { worker_connections 256; }\n"
          << "http {\n  access_log off;\n"
+         // Every temp path in the throw-away dir: Debian's defaults (/var/lib/nginx) are root's.
          << "  client_body_temp_path " << dir_.string() << ";\n"
+         << "  proxy_temp_path " << dir_.string() << ";\n  fastcgi_temp_path " << dir_.string()
+         << ";\n  uwsgi_temp_path " << dir_.string() << ";\n  scgi_temp_path " << dir_.string()
+         << ";\n"
          << "  server {\n    listen 127.0.0.1:" << port_ << " ssl http2;\n"
          << "    ssl_certificate " << cert << ";\n    ssl_certificate_key " << key << ";\n"
          << "    location /json { default_type application/json; return 200 '" << body
