@@ -97,13 +97,25 @@ void Scheduler::collect_idle_clients() {
 // The list's links are template arguments: three lists per push, each with direct offsets.
 template <std::uint32_t Scheduler::Node::*prev, std::uint32_t Scheduler::Node::*next>
 void Scheduler::insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail) {
-  // A new item is the newest: append. A requeued one goes back to its place, found from the
-  // head: it was taken from near the head, so few older items precede it.
+  // A new item is the newest: append. A requeued one goes back to its place, looked for from
+  // both ends at once: O(min(older, newer)). From the head alone was O(older): under DRR a
+  // light client's retry may be newer than a heavy client's whole backlog.
   const std::uint64_t seq = nodes_[slot].seq;
   std::uint32_t before = npos;
   if (tail != npos && nodes_[tail].seq > seq) {
-    before = head;
-    while (nodes_[before].seq < seq) before = nodes_[before].*next;
+    for (std::uint32_t f = head, b = tail;;) {  // nodes_[b].seq > seq all along
+      if (nodes_[f].seq > seq) {
+        before = f;
+        break;
+      }
+      const std::uint32_t p = nodes_[b].*prev;
+      if (p == npos || nodes_[p].seq < seq) {
+        before = b;
+        break;
+      }
+      f = nodes_[f].*next;
+      b = p;
+    }
   }
   const std::uint32_t after = before == npos ? tail : nodes_[before].*prev;
   nodes_[slot].*prev = after;

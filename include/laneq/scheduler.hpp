@@ -16,7 +16,8 @@
 // Complexity (n = queued requests, c = clients, L = lanes, L <= 64):
 //   push            O(1) amortized (+ O(log n) when the item has an explicit deadline, or a
 //                   lane-default one out of arrival order, see below);
-//                   a requeue (PushArgs::seq) walks from the head to its place: O(older items)
+//                   a requeue (PushArgs::seq) looks for its place from both ends of its lane:
+//                   O(min(older, newer items))
 //   pop             O(L) when every client can pay for its head at its next turn (costs <=
 //                   quantum*weight); otherwise O(L + log c): a client that needs several turns
 //                   to pay waits in a heap keyed by the round in which it can, so rounds in

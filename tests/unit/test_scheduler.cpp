@@ -440,6 +440,50 @@ TEST_CASE("pop stays cheap with many clients whose costs far exceed a turn's gra
   CHECK(std::chrono::steady_clock::now() - t < 4s);
 }
 
+TEST_CASE("a retry goes back to its place without walking an older backlog of other clients",
+          "[scheduler][complexity]") {
+  // DRR serves a light client's new request while a heavy client's older backlog stays at the
+  // lane's head: found from the head, each requeue of the light one walked the whole backlog
+  // (twice: the lane list and, with a lane timeout, the deadline list).
+  Scheduler s(SchedulerConfig{.lanes = {{.priority = 5, .timeout = 3600s}}});
+  constexpr int backlog = 100'000;
+  std::uint64_t payload = 1;
+  for (int i = 0; i < backlog; ++i)
+    REQUIRE(s.push({.lane = 0, .client = "heavy", .payload = payload++, .enqueued_at = t0})
+                .status == Scheduler::PushStatus::ok);
+  const std::uint64_t light = payload++;
+  REQUIRE(s.push({.lane = 0, .client = "light", .payload = light, .enqueued_at = t0}).status ==
+          Scheduler::PushStatus::ok);
+  REQUIRE(s.push({.lane = 0, .client = "heavy", .payload = payload++, .enqueued_at = t0}).status ==
+          Scheduler::PushStatus::ok);  // the tail is newer than the light one
+  REQUIRE(s.pop(t0)->payload == 1);    // heavy's turn
+  auto item = s.pop(t0);               // light's turn
+  REQUIRE(item->payload == light);
+  const auto t = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10'000; ++i) {
+    REQUIRE(s.push({.lane = 0, .client = "light", .payload = light, .enqueued_at = item->enqueued_at,
+                    .seq = item->seq})
+                .status == Scheduler::PushStatus::ok);
+    // light had its turn in this round: heavy's comes first, then light's again
+    REQUIRE(s.pop(t0)->payload == static_cast<std::uint64_t>(i + 2));
+    item = s.pop(t0);
+    REQUIRE(item->payload == light);
+  }
+  // ~1 ms now; the walk from the head took ~2 x 10^9 node visits (seconds in Release)
+  CHECK(std::chrono::steady_clock::now() - t < 1s);
+  // and the lane list is still in order: heavy's backlog, then the tail
+  REQUIRE(s.push({.lane = 0, .client = "light", .payload = light, .enqueued_at = item->enqueued_at,
+                  .seq = item->seq})
+              .status == Scheduler::PushStatus::ok);
+  std::vector<std::uint64_t> order;
+  while (auto it = s.pop_expired(t0 + 7200s)) order.push_back(it->payload);
+  REQUIRE(order.size() == backlog - 10'000 + 1);  // heavy's untaken backlog, light, the tail
+  CHECK(std::is_sorted(order.begin(), order.end() - 2));
+  CHECK(order.front() == 10'002);
+  CHECK(order[order.size() - 2] == light);  // between heavy's older items and its newest
+  CHECK(order.back() == payload - 1);
+}
+
 TEST_CASE("aging lifts a waiting background request one lane per age_step", "[scheduler]") {
   auto cfg = five_lanes();
   cfg.lanes[4].age_step = 1s;  // background
