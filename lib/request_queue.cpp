@@ -54,7 +54,9 @@ using state = submit_op_base::state;
 constexpr auto never = steady::time_point::max();
 // A timeout this long is none: milliseconds::max() (and anything past a lifetime) means "no
 // deadline", where now + it would overflow the clock's nanoseconds.
-constexpr std::chrono::milliseconds no_deadline_beyond = std::chrono::hours(24 * 365 * 100);
+// Compared in milliseconds: milliseconds::max() as nanoseconds would overflow.
+constexpr auto no_deadline_beyond =
+    std::chrono::duration_cast<std::chrono::milliseconds>(laneq::no_deadline_beyond);
 
 steady::time_point deadline_after(steady::time_point now, std::chrono::milliseconds timeout) {
   return timeout >= no_deadline_beyond ? never : now + timeout;

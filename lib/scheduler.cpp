@@ -43,6 +43,7 @@ Scheduler::Scheduler(SchedulerConfig config) : cfg_(std::move(config)) {
       throw std::invalid_argument("SchedulerLane::age_step must be >= 0 (lane " +
                                   std::to_string(l.priority) + ")");
     lanes_.push_back(Lane{.spec = l});
+    if (l.timeout >= no_deadline_beyond) lanes_.back().spec.timeout = Duration{0};
     if (l.reserved) reserved_mask_ |= std::uint64_t{1} << i;
     if (l.age_step.count() > 0) aging_mask_ |= std::uint64_t{1} << i;
   }

@@ -50,9 +50,13 @@ using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
 using Duration = Clock::duration;
 
+// A lane timeout this long or longer means no deadline: enqueued_at + Duration::max() would
+// overflow the clock and expire at once.
+inline constexpr Duration no_deadline_beyond = std::chrono::hours(24 * 365 * 100);
+
 struct SchedulerLane {
   int priority = 0;             // lanes are ranked by this (ascending); must be unique
-  Duration timeout{0};          // default deadline after enqueue; 0 = none
+  Duration timeout{0};          // default deadline after enqueue; 0 (or >= 100 years) = none
   Duration age_step{0};         // aging: one rank better per age_step waited; 0 = off
   bool reserved = false;        // reserved workers take only reserved lanes
 };

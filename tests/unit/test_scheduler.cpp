@@ -484,6 +484,24 @@ TEST_CASE("a retry goes back to its place without walking an older backlog of ot
   CHECK(order.back() == payload - 1);
 }
 
+TEST_CASE("a lane timeout of a lifetime or more means no deadline, not an overflow",
+          "[scheduler]") {
+  // t0 + Duration::max() overflowed (undefined behaviour; in practice a deadline in the past)
+  for (const laneq::Duration timeout : {laneq::Duration::max(), laneq::no_deadline_beyond}) {
+    Scheduler s(SchedulerConfig{.lanes = {{.priority = 5, .timeout = timeout}}});
+    REQUIRE(s.push({.lane = 0, .client = "a", .payload = 1, .enqueued_at = t0 + 1s}).status ==
+            Scheduler::PushStatus::ok);
+    CHECK_FALSE(s.next_deadline());
+    CHECK_FALSE(s.pop_expired(t0 + 1s));
+    CHECK(s.pop(t0 + 1s));
+  }
+  // just below: a deadline as asked
+  Scheduler s(SchedulerConfig{.lanes = {{.priority = 5, .timeout = laneq::no_deadline_beyond - 1s}}});
+  REQUIRE(s.push({.lane = 0, .client = "a", .payload = 1, .enqueued_at = t0 + 1s}).status ==
+          Scheduler::PushStatus::ok);
+  CHECK(s.next_deadline() == t0 + laneq::no_deadline_beyond);
+}
+
 TEST_CASE("aging lifts a waiting background request one lane per age_step", "[scheduler]") {
   auto cfg = five_lanes();
   cfg.lanes[4].age_step = 1s;  // background
