@@ -31,7 +31,7 @@ struct RetryPolicy {
   // two retries.
   std::uint32_t max_attempts = 3;
   std::chrono::milliseconds base_delay{500};
-  std::chrono::milliseconds max_delay{8000};
+  std::chrono::milliseconds max_delay{8000};     // backoff's cap; a year at most
   std::chrono::milliseconds max_retry_after{60'000};
 
   // max_retry_after in nanoseconds, at most a year: "always wait" written as

@@ -222,6 +222,17 @@ TEST_CASE("backoff is full jitter over base times 2^(attempts-1), capped at max_
     CHECK(decide_retry(q, 4, ec, 500, no_headers, 0.5).delay == 400ms);  // 800 ms uncapped
     CHECK(decide_retry(q, 5, ec, 500, no_headers, 0.5).delay == 500ms);  // 1600 -> 1000 ms
   }
+  SECTION("a cap or base of milliseconds::max() is no cap, not an overflow") {
+    // as nanoseconds they overflowed to a negative cap: every retry came at once
+    RetryPolicy q = p;
+    q.max_delay = std::chrono::milliseconds::max();
+    CHECK(decide_retry(q, 2, ec, 500, no_headers, 0.5).delay == 500ms);
+    CHECK(decide_retry(q, 40, ec, 500, no_headers, 0.5).delay == 24h * 365 / 2);  // a year's cap
+    q.base_delay = std::chrono::milliseconds::max();
+    CHECK(decide_retry(q, 1, ec, 500, no_headers, 0.5).delay == 24h * 365 / 2);
+    q.max_delay = 8000ms;
+    CHECK(decide_retry(q, 1, ec, 500, no_headers, 0.5).delay == 4000ms);
+  }
   SECTION("a 429 without retry-after or an exhausted bucket backs off too") {
     const RetryDecision d = decide_retry(p, 2, err_for(429), 429, no_headers, 0.5);
     CHECK(d.retry);
