@@ -21,6 +21,7 @@
 #include <asio/strand.hpp>
 
 #include "laneq/error.hpp"
+#include "../ascii_case.hpp"
 
 namespace laneq {
 namespace detail {
@@ -220,7 +221,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     // Prefer multiplexing over a new connection, but only where it can happen (h2 needs TLS
     // here): over plain http:// PIPEWAIT holds every new transfer until the first connection's
     // answer is complete, so a burst of N calls took two full round trips instead of one.
-    const bool can_multiplex = cfg_.http2 && r.url.rfind("https://", 0) == 0;
+    const bool can_multiplex = cfg_.http2 && detail::istarts_with(r.url, "https://");
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, can_multiplex ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, cfg_.verify_tls ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, cfg_.verify_tls ? 2L : 0L);

@@ -24,6 +24,7 @@ AnthropicProvider::AnthropicProvider(Transport& transport, AnthropicConfig confi
   if (!ep.key.empty()) headers_.emplace_back("x-api-key", ep.key);
   headers_.emplace_back("anthropic-version", config.version);
   for (auto& h : config.extra_headers) headers_.push_back(std::move(h));
+  detail::check_headers(headers_, "Anthropic");
 }
 
 void AnthropicProvider::async_call(const Request& request, const CallContext& ctx,

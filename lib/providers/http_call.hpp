@@ -29,18 +29,43 @@ using parse_fn = std::error_code (*)(int status, const Headers& headers, std::st
 template <class Accumulator, parse_fn Parse>
 void start_http_call(Transport& transport, HttpRequest http, const Request& request,
                      const CallContext& ctx, CallCompletion done) {
+  // A server or proxy that ignores "stream" answers 2xx with one whole body (JSON, or an HTML
+  // page), which no event stream begins with: it is kept and parsed as an answer, not fed to
+  // the parser, whose empty result read as a stream cut short (a network error: retried,
+  // each retry a billed completion).
   struct stream_state {
+    enum class kind : unsigned char { unknown, events, whole } body = kind::unknown;
+    std::string whole;  // the body of kind::whole, up to the parser's limit
+    bool whole_too_large = false;
     SseParser parser;
     Accumulator acc;
   };
   std::shared_ptr<stream_state> stream;
   if (request.stream) {
-    stream = std::make_shared<stream_state>(stream_state{{}, Accumulator(request.on_delta)});
+    stream = std::make_shared<stream_state>(
+        stream_state{{}, {}, false, {}, Accumulator(request.on_delta)});
     http.headers.emplace_back("Accept", "text/event-stream");
     // On the transport's strand, one chunk at a time; the completion below runs after the last.
     http.on_body = [stream](std::string_view chunk) {
       // A parser that gave up reads nothing more: end the transfer instead of downloading on.
       if (stream->parser.failed()) throw std::length_error("the event stream broke its limits");
+      using kind = typename stream_state::kind;
+      if (stream->body == kind::unknown) {  // decided by the first byte that is not blank
+        // (blank lines before the first event dispatch nothing: dropped)
+        const auto first = chunk.find_first_not_of(" \t\r\n");
+        if (first == std::string_view::npos) return;
+        chunk.remove_prefix(first);
+        const char c = chunk.front();
+        stream->body = c == '{' || c == '[' || c == '<' ? kind::whole : kind::events;
+      }
+      if (stream->body == kind::whole) {
+        if (stream->whole.size() + chunk.size() > stream->parser.max_line()) {
+          stream->whole_too_large = true;
+          throw std::length_error("a whole body in answer to a stream request is too large");
+        }
+        stream->whole += chunk;
+        return;
+      }
       stream->parser.feed(chunk, [&](const SseEvent& e) { stream->acc.on_event(e); });
     };
   }
@@ -59,14 +84,16 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
           r.status = hr.status;
           // A stream whose parser gave up (a line or event beyond its limit) is malformed, not
           // a network failure: retrying would fail the same way. So is a body over the limit.
-          const bool malformed = ec == errc::malformed_response || (stream && stream->parser.failed());
+          const bool malformed = ec == errc::malformed_response ||
+                                 (stream && (stream->parser.failed() || stream->whole_too_large));
           done(ec == asio::error::operation_aborted ? ec
                : malformed                          ? make_error_code(errc::malformed_response)
                                                     : make_error_code(errc::network),
                std::move(r));
           return;
         }
-        if (stream && hr.status >= 200 && hr.status < 300) {
+        const bool whole = stream && stream->body == stream_state::kind::whole;
+        if (stream && hr.status >= 200 && hr.status < 300 && !whole) {
           r.headers = std::move(hr.headers);
           std::error_code e = stream->parser.failed() ? make_error_code(errc::malformed_response)
                                                       : stream->acc.finish(r);
@@ -75,8 +102,21 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
         }
         // Parse only copies the headers into `r`: hand it none and move ours in (a response
         // carries a dozen or more; copying them was a good part of a call's own cost).
-        const std::error_code e = Parse(hr.status, Headers{}, hr.body, r);
+        std::error_code e = Parse(hr.status, Headers{}, whole ? stream->whole : hr.body, r);
         r.headers = std::move(hr.headers);
+        if (whole && !e) {  // the caller's on_delta sees the text as one delta, as if streamed
+          try {
+            stream->acc.deliver_whole(r.text);
+          } catch (const std::exception& x) {
+            r.error_type = "on_delta";
+            r.error_message = std::string("Request::on_delta threw: ") + x.what();
+            e = make_error_code(errc::internal);
+          } catch (...) {
+            r.error_type = "on_delta";
+            r.error_message = "Request::on_delta threw an exception that is not a std::exception";
+            e = make_error_code(errc::internal);
+          }
+        }
         done(e, std::move(r));
       }));
 }

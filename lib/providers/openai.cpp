@@ -7,6 +7,7 @@
 #include "laneq/providers/openai_format.hpp"
 #include "endpoint.hpp"
 #include "http_call.hpp"
+#include "../ascii_case.hpp"
 
 namespace laneq {
 
@@ -19,9 +20,10 @@ OpenAIProvider::OpenAIProvider(Transport& transport, OpenAIConfig config) : tran
   if (!ep.key.empty()) headers_.emplace_back("Authorization", "Bearer " + ep.key);
   if (!config.organization.empty()) headers_.emplace_back("OpenAI-Organization", config.organization);
   for (auto& h : config.extra_headers) headers_.push_back(std::move(h));
+  detail::check_headers(headers_, "OpenAI");
   std::string_view field = config.max_tokens_field;
   if (field.empty())  // OpenAI itself takes the current name; compatible servers the old one
-    field = url_.starts_with("https://api.openai.com/") ? "max_completion_tokens" : "max_tokens";
+    field = detail::istarts_with(url_, "https://api.openai.com/") ? "max_completion_tokens" : "max_tokens";
   if (field != "max_tokens" && field != "max_completion_tokens")
     throw std::system_error(make_error_code(errc::invalid_config),
                             "OpenAI: OpenAIConfig::max_tokens_field must be \"max_completion_tokens\" "

@@ -468,3 +468,165 @@ TEST_CASE("a stream that breaks the event parser's limits ends at once as malfor
   });
   CHECK(transport.chunks_after == 0);  // nothing read after the parser gave up
 }
+
+namespace {
+
+// Answers every request with 200 and the chunks given, through on_body when the request asked
+// for a stream (as CurlTransport does with any 2xx body then); counts the calls.
+class ChunkedAnswer final : public laneq::Transport {
+ public:
+  ChunkedAnswer(executor_type ex, std::vector<std::string> chunks)
+      : ex_(std::move(ex)), chunks_(std::move(chunks)) {}
+  void async_request(laneq::HttpRequest request, executor_type ex, asio::cancellation_slot,
+                     laneq::HttpCompletion done) override {
+    ++calls;
+    asio::post(ex, [this, request = std::move(request), done = std::move(done)]() mutable {
+      laneq::HttpResponse resp;
+      resp.status = 200;
+      std::error_code ec;
+      try {
+        for (const auto& c : chunks_) {
+          if (request.on_body) request.on_body(c);
+          else resp.body += c;
+        }
+      } catch (...) {
+        ec = laneq::make_error_code(errc::network);
+      }
+      done(ec, std::move(resp));
+    });
+  }
+  executor_type get_executor() const override { return ex_; }
+  int calls = 0;
+
+ private:
+  executor_type ex_;
+  std::vector<std::string> chunks_;
+};
+
+std::unique_ptr<laneq::Provider> provider_for(Api api, laneq::Transport& t) {
+  if (api == Api::openai)
+    return std::make_unique<laneq::OpenAIProvider>(
+        t, laneq::OpenAIConfig{.api_key = "k", .base_url = "http://127.0.0.1:9"});
+  return std::make_unique<laneq::AnthropicProvider>(
+      t, laneq::AnthropicConfig{.api_key = "k", .base_url = "http://127.0.0.1:9"});
+}
+
+}  // namespace
+
+TEST_CASE("both providers: a stream request answered with one whole JSON body (a server that "
+          "ignores stream) is that answer - not a cut stream retried and billed again",
+          "[providers][stream]") {
+  for (const Api api : {Api::openai, Api::anthropic}) {
+    INFO(api_name(api));
+    const std::string body =
+        api == Api::openai
+            ? R"({"choices":[{"message":{"role":"assistant","content":"whole answer"},)"
+              R"("finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}})"
+            : R"({"type":"message","content":[{"type":"text","text":"whole answer"}],)"
+              R"("stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}})";
+    asio::io_context io;
+    // blank lines first, and the body in two pieces, as a network may cut it
+    ChunkedAnswer transport(io.get_executor(), {"\r\n", "\n  ", body.substr(0, 20), body.substr(20)});
+    auto provider = provider_for(api, transport);
+    laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
+    queue.start();
+    std::vector<std::string> deltas;
+    run(io, [&]() -> asio::awaitable<void> {
+      laneq::Request r = chat();
+      r.stream = true;
+      r.on_delta = [&](std::string_view d) { deltas.emplace_back(d); };
+      auto [ec, resp] = co_await queue.async_submit(r, {}, tuple_awaitable);  // (shuts down anyway)
+      CHECK_FALSE(ec);
+      CHECK(resp.text == "whole answer");
+      CHECK(resp.usage.output_tokens == 2);
+      CHECK(resp.attempts == 1);
+      co_await queue.shutdown();
+    });
+    CHECK(transport.calls == 1);  // was 3: each read as a network error and retried
+    CHECK(deltas == std::vector<std::string>{"whole answer"});
+  }
+}
+
+TEST_CASE("both providers: a stream request answered with an HTML page is malformed_response, "
+          "not retried",
+          "[providers][stream]") {
+  for (const Api api : {Api::openai, Api::anthropic}) {
+    INFO(api_name(api));
+    asio::io_context io;
+    ChunkedAnswer transport(io.get_executor(), {"<html><body>Sign in to the Wi-Fi</body></html>"});
+    auto provider = provider_for(api, transport);
+    laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
+    queue.start();
+    run(io, [&]() -> asio::awaitable<void> {
+      laneq::Request r = chat();
+      r.stream = true;
+      auto [ec, resp] = co_await queue.async_submit(r, {}, tuple_awaitable);
+      CHECK(ec == errc::malformed_response);
+      co_await queue.shutdown();
+    });
+    CHECK(transport.calls == 1);
+  }
+}
+
+TEST_CASE("both providers: blank lines before the first event do not stop a stream", "[providers][stream]") {
+  asio::io_context io;
+  ChunkedAnswer transport(
+      io.get_executor(),
+      {"\n\r\n", "\r", "\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+       "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"});
+  auto provider = provider_for(Api::openai, transport);
+  laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    laneq::Request r = chat();
+    r.stream = true;
+    const laneq::Response resp = co_await queue.submit(r);
+    CHECK(resp.text == "a");
+    CHECK(resp.finish_reason == "stop");
+    co_await queue.shutdown();
+  });
+}
+
+TEST_CASE("both providers: a header that would not go on the wire as given is a config error "
+          "naming it, never showing the key",
+          "[providers]") {
+  asio::io_context io;
+  BodyCapture transport(io.get_executor());
+  const std::string crlf_key = secret_key + "\r";  // read from a CRLF file
+  const auto refused = [&](auto make, const std::string& words) {
+    try {
+      make();
+      FAIL("accepted");
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      CHECK_THAT(e.what(), Catch::Contains(words));
+      CHECK_THAT(e.what(), !Catch::Contains(secret_key));
+    }
+  };
+  refused([&] { laneq::OpenAIProvider(transport, {.api_key = crlf_key}); }, "\"Authorization\" has a control character");
+  refused([&] { laneq::AnthropicProvider(transport, {.api_key = crlf_key}); }, "\"x-api-key\" has a control character");
+  refused([&] { laneq::OpenAIProvider(transport, {.api_key = "k", .organization = "org\n"}); },
+          "\"OpenAI-Organization\"");
+  refused([&] { laneq::OpenAIProvider(transport, {.api_key = "k", .extra_headers = {{"X Bad", "1"}}}); },
+          "\"X Bad\" is not an HTTP token");
+  refused([&] { laneq::AnthropicProvider(transport, {.api_key = "k", .extra_headers = {{"", "1"}}}); },
+          "is not an HTTP token");
+  // a tab and obs-text are allowed in a value
+  CHECK_NOTHROW(laneq::OpenAIProvider(transport, {.api_key = "k", .extra_headers = {{"X-Ok", "a\tb \xc3\xa9"}}}));
+}
+
+TEST_CASE("OpenAI's own endpoint is recognised whatever the case of its scheme and host", "[providers]") {
+  asio::io_context io;
+  BodyCapture transport(io.get_executor());
+  laneq::OpenAIProvider upper(transport, {.api_key = "k", .base_url = "HTTPS://API.OpenAI.com/v1"});
+  laneq::RequestQueue queue(io.get_executor(), upper, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    laneq::Request r = chat();
+    r.max_tokens = 7;
+    co_await queue.submit(r);
+    co_await queue.shutdown();
+  });
+  REQUIRE(transport.bodies.size() == 1);
+  CHECK(transport.bodies[0]["max_completion_tokens"] == 7);
+}

@@ -21,6 +21,11 @@ class stream_accumulator_base {
   bool done() const noexcept { return done_; }                // got the stream's end marker
   std::error_code error() const noexcept { return error_; }   // first error so far
   const std::string& text() const noexcept { return text_; }  // text so far
+  // A server that answered a stream request with one whole body: its text to on_delta in one
+  // piece (whose exceptions propagate); "" is dropped.
+  void deliver_whole(std::string_view text) const {
+    if (!text.empty() && on_delta_) on_delta_(text);
+  }
 
  protected:
   stream_accumulator_base() = default;
