@@ -350,26 +350,72 @@ std::optional<SysTime> parse_rfc3339(std::string_view s) noexcept {
   return make_time(c, offset, nanos);
 }
 
-std::optional<SysTime> parse_http_date(std::string_view s) noexcept {
-  // Sun, 06 Nov 1994 08:49:37 GMT
-  // 0123456789012345678901234567890
-  static constexpr std::array<std::string_view, 7> day_names{"Mon", "Tue", "Wed", "Thu",
-                                                             "Fri", "Sat", "Sun"};
-  static constexpr std::array<std::string_view, 12> month_names{
-      "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-  if (s.size() != 29) return std::nullopt;
-  bool day_ok = false;
-  for (const auto d : day_names) day_ok = day_ok || s.substr(0, 3) == d;
-  if (!day_ok || s.substr(3, 2) != ", " || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' ||
-      s[19] != ':' || s[22] != ':' || s.substr(25) != " GMT")
-    return std::nullopt;
-  Civil c;
+namespace {
+
+constexpr std::array<std::string_view, 12> month_names{
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+
+unsigned month_at(std::string_view s, std::size_t pos) noexcept {  // 0: none
   for (unsigned i = 0; i < month_names.size(); ++i)
-    if (s.substr(8, 3) == month_names[i]) c.month = i + 1;
-  if (!fixed_digits(s, 5, 2, c.day) || !fixed_digits(s, 12, 4, c.year) ||
-      !fixed_digits(s, 17, 2, c.hour) || !fixed_digits(s, 20, 2, c.minute) ||
-      !fixed_digits(s, 23, 2, c.second) || !valid(c))
-    return std::nullopt;
+    if (s.substr(pos, 3) == month_names[i]) return i + 1;
+  return 0;
+}
+
+bool time_of_day_at(std::string_view s, std::size_t pos, Civil& c) noexcept {  // "08:49:37"
+  return fixed_digits(s, pos, 2, c.hour) && s.substr(pos + 2, 1) == ":" &&
+         fixed_digits(s, pos + 3, 2, c.minute) && s.substr(pos + 5, 1) == ":" &&
+         fixed_digits(s, pos + 6, 2, c.second);
+}
+
+// The day name a date starts with: its short form, or the long one RFC 850 dates use.
+std::size_t day_name_length(std::string_view s, bool long_form) noexcept {
+  static constexpr std::array<std::string_view, 7> short_names{"Mon", "Tue", "Wed", "Thu",
+                                                               "Fri", "Sat", "Sun"};
+  static constexpr std::array<std::string_view, 7> long_names{
+      "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"};
+  for (const auto d : long_form ? long_names : short_names)
+    if (s.starts_with(d)) return d.size();
+  return 0;
+}
+
+}  // namespace
+
+std::optional<SysTime> parse_http_date(std::string_view s) noexcept {
+  Civil c;
+  if (s.size() == 29 && s[3] == ',') {
+    // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
+    //              0123456789012345678901234567890
+    if (day_name_length(s, false) != 3 || s.substr(3, 2) != ", " || s[7] != ' ' ||
+        s[11] != ' ' || s[16] != ' ' || s.substr(25) != " GMT" || !fixed_digits(s, 5, 2, c.day) ||
+        !fixed_digits(s, 12, 4, c.year) || !time_of_day_at(s, 17, c))
+      return std::nullopt;
+    c.month = month_at(s, 8);
+  } else if (s.size() == 24) {
+    // asctime: Sun Nov  6 08:49:37 1994 (the day padded with a space)
+    //          012345678901234567890123
+    if (day_name_length(s, false) != 3 || s[3] != ' ' || s[7] != ' ' || s[10] != ' ' ||
+        s[19] != ' ' || !time_of_day_at(s, 11, c) || !fixed_digits(s, 20, 4, c.year))
+      return std::nullopt;
+    c.month = month_at(s, 4);
+    if (s[8] == ' ') {
+      if (!fixed_digits(s, 9, 1, c.day)) return std::nullopt;
+    } else if (!fixed_digits(s, 8, 2, c.day)) {
+      return std::nullopt;
+    }
+  } else {
+    // RFC 850: Sunday, 06-Nov-94 08:49:37 GMT; a two-digit year is 1970-2069 (the dates read
+    // here, retry-after, are within minutes of now)
+    const std::size_t n = day_name_length(s, true);
+    unsigned yy = 0;
+    if (n == 0 || s.size() != n + 24 || s.substr(n, 2) != ", " || s[n + 4] != '-' ||
+        s[n + 8] != '-' || s[n + 11] != ' ' || s.substr(n + 20) != " GMT" ||
+        !fixed_digits(s, n + 2, 2, c.day) || !fixed_digits(s, n + 9, 2, yy) ||
+        !time_of_day_at(s, n + 12, c))
+      return std::nullopt;
+    c.month = month_at(s, n + 5);
+    c.year = yy >= 70 ? 1900 + yy : 2000 + yy;
+  }
+  if (!valid(c)) return std::nullopt;
   return make_time(c, 0, 0);
 }
 

@@ -23,7 +23,9 @@ std::optional<std::chrono::nanoseconds> parse_go_duration(std::string_view s) no
 // outside what system_clock::time_point can hold -> nullopt.
 std::optional<std::chrono::system_clock::time_point> parse_rfc3339(std::string_view s) noexcept;
 
-// HTTP-date in IMF-fixdate form only: "Sun, 06 Nov 1994 08:49:37 GMT".
+// HTTP-date in the three forms RFC 9110 (5.6.7) has recipients accept: IMF-fixdate
+// "Sun, 06 Nov 1994 08:49:37 GMT", the obsolete RFC 850 "Sunday, 06-Nov-94 08:49:37 GMT" (a
+// two-digit year is 1970-2069) and asctime "Sun Nov  6 08:49:37 1994".
 std::optional<std::chrono::system_clock::time_point> parse_http_date(std::string_view s) noexcept;
 
 // What a response's headers say about the provider's rate limits. Every field is optional: a

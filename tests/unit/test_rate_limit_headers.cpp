@@ -92,11 +92,21 @@ TEST_CASE("Malformed RFC 3339 timestamps are rejected") {
   }
 }
 
-TEST_CASE("HTTP dates parse in IMF-fixdate form") {
+TEST_CASE("HTTP dates parse in the three forms RFC 9110 has recipients accept") {
   CHECK(parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT") == at(784111777));
   CHECK(parse_http_date("Wed, 01 May 2024 12:34:56 GMT") == at(may1));
-  for (const char* bad : {"", "Sun, 06 Nov 1994 08:49:37 UTC", "Sunday, 06-Nov-94 08:49:37 GMT",
-                          "Sun Nov  6 08:49:37 1994", "Sun, 06 Foo 1994 08:49:37 GMT",
+  // the obsolete forms: RFC 850 and asctime
+  CHECK(parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT") == at(784111777));
+  CHECK(parse_http_date("Wednesday, 01-May-24 12:34:56 GMT") == at(may1));
+  CHECK(parse_http_date("Sun Nov  6 08:49:37 1994") == at(784111777));
+  CHECK(parse_http_date("Wed May  1 12:34:56 2024") == at(may1));
+  CHECK(parse_http_date("Wed May 01 12:34:56 2024") == at(may1));
+  for (const char* bad : {"", "Sun, 06 Nov 1994 08:49:37 UTC", "Sunday, 06-Nov-1994 08:49:37 GMT",
+                          "Sun, 06-Nov-94 08:49:37 GMT", "Sunday, 06 Nov 94 08:49:37 GMT",
+                          "Sunday, 06-Nov-94 08:49:37 UTC", "Sun Nov 6 08:49:37 1994",
+                          "Sun Nov  6 08:49:37 94", "Sun Foo  6 08:49:37 1994",
+                          "Sun Nov  0 08:49:37 1994", "Sun Nov  6 08-49-37 1994",
+                          "Sun, 06 Foo 1994 08:49:37 GMT",
                           "Sun, 32 Nov 1994 08:49:37 GMT", "Xyz, 06 Nov 1994 08:49:37 GMT",
                           "Sun, 06 Nov 1994 08:49:37 GMT ", "Sun, 6 Nov 1994 08:49:37 GMT",
                           "Sun, 06 Nov 1994 25:49:37 GMT"}) {
@@ -256,5 +266,16 @@ TEST_CASE("Random byte strings never crash or throw any parser") {
     if (const auto d = parse_go_duration(s)) CHECK(d->count() >= 0);
     const auto info = parse_rate_limit_headers(h, now);
     if (info.retry_after) CHECK(info.retry_after->count() >= 0);
+  }
+  // each HTTP-date form, one byte changed or cut short: parsed or refused, never out of range
+  for (const std::string valid : {"Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
+                                  "Sun Nov  6 08:49:37 1994"}) {
+    std::uniform_int_distribution<std::size_t> at_pos(0, valid.size() - 1);
+    for (int i = 0; i < 3000; ++i) {
+      std::string s = valid;
+      if (i % 3 == 0) s.resize(at_pos(rng));
+      else s[at_pos(rng)] = byte(rng) < 128 ? alphabet[pick(rng)] : static_cast<char>(byte(rng));
+      CHECK_NOTHROW(parse_http_date(s));
+    }
   }
 }
