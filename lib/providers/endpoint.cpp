@@ -35,6 +35,12 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
                             std::string(provider) + ": the base URL \"" + base + "\"" +
                                 (base_from_env ? std::string(" (from ") + base_env + ")" : "") +
                                 " must start with http:// or https://");
+  // A query (a compatible server's "?api-version=" or "?key=") stays at the end.
+  std::string query;
+  if (const auto q = base.find('?'); q != std::string::npos) {
+    query = base.substr(q);
+    base.resize(q);
+  }
   while (!base.empty() && base.back() == '/') base.pop_back();
   std::string url = base;
   // "/v1/chat/completions" after a base that already ends in "/v1": append the rest only.
@@ -42,6 +48,7 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
     url += path.substr(3);
   else
     url += path;
+  url += query;
   return {std::move(url), std::move(key)};
 }
 

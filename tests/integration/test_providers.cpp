@@ -401,6 +401,7 @@ class BodyCapture final : public laneq::Transport {
   void async_request(laneq::HttpRequest request, executor_type ex, asio::cancellation_slot,
                      laneq::HttpCompletion done) override {
     bodies.push_back(nlohmann::json::parse(request.body));
+    urls.push_back(request.url);
     asio::post(ex, [done = std::move(done)]() mutable {
       laneq::HttpResponse resp;
       resp.status = 200;
@@ -411,6 +412,7 @@ class BodyCapture final : public laneq::Transport {
   }
   executor_type get_executor() const override { return ex_; }
   std::vector<nlohmann::json> bodies;
+  std::vector<std::string> urls;
 
  private:
   executor_type ex_;
@@ -629,4 +631,23 @@ TEST_CASE("OpenAI's own endpoint is recognised whatever the case of its scheme a
   });
   REQUIRE(transport.bodies.size() == 1);
   CHECK(transport.bodies[0]["max_completion_tokens"] == 7);
+}
+
+TEST_CASE("a base URL's query stays at the end of the URL, after the path", "[providers]") {
+  asio::io_context io;
+  BodyCapture transport(io.get_executor());
+  laneq::OpenAIProvider with_v1(transport, {.api_key = "k", .base_url = "http://127.0.0.1:9/v1/?key=abc"});
+  laneq::AnthropicProvider plain(transport, {.api_key = "k", .base_url = "http://127.0.0.1:9/proxy?api-version=2"});
+  for (laneq::Provider* p : std::initializer_list<laneq::Provider*>{&with_v1, &plain}) {
+    laneq::RequestQueue queue(io.get_executor(), *p, {.workers = 1});
+    queue.start();
+    run(io, [&]() -> asio::awaitable<void> {
+      co_await queue.async_submit(chat(), {}, tuple_awaitable);  // (the answer is OpenAI's shape)
+      co_await queue.shutdown();
+    });
+    io.restart();
+  }
+  // was ".../v1/?key=abc/chat/completions" and "...?api-version=2/v1/messages"
+  CHECK(transport.urls == std::vector<std::string>{"http://127.0.0.1:9/v1/chat/completions?key=abc",
+                                                   "http://127.0.0.1:9/proxy/v1/messages?api-version=2"});
 }
