@@ -11,7 +11,8 @@
 //   4. HTTP 408, 409, 429 and 500-599 (incl. 529) are retried; other statuses are not;
 //   5. without a status, connection failures (network) and provider timeouts are retried.
 // The queue's own deadline is checked before this (a request past it is never retried); an
-// errc::timeout reaching this function is the provider's (e.g. a connect timeout).
+// errc::timeout reaching this function comes from a Provider of the caller's that reports one
+// (CurlTransport reports its connect and transfer timeouts as errc::network: retried alike).
 // Delay: `retry-after-ms` / `retry-after` when the server sent one above 0 (up to max_retry_after;
 // beyond it the request fails rather than hold a worker's place for minutes), else for a 429
 // the reset time of an exhausted rate-limit bucket, else exponential backoff with full jitter:
