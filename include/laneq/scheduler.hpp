@@ -12,6 +12,11 @@
 //   3. inside a client and lane: FIFO.
 // A request promoted by aging past a better lane is taken from the head of its lane (the oldest
 // one, which earned it); the lane that is served anyway keeps its clients' turns.
+// "Oldest" and FIFO follow push order (seq), and a lane ages by its head's enqueued_at: an item
+// pushed later than its enqueued_at (PushArgs::admitted: a durable request after its journal
+// commit, a recovered one) queues behind items pushed before it, and ages from its own
+// enqueued_at once it is its lane's head. Keeping lists in enqueued_at order instead would
+// cost a walk past every item pushed meanwhile, per such push.
 //
 // Complexity (n = queued requests, c = clients, L = lanes, L <= 64):
 //   push            O(1) amortized (+ O(log n) when the item has an explicit deadline, or a
