@@ -558,7 +558,11 @@ std::optional<Scheduler::Item> Scheduler::pop_expired(TimePoint now) {
 
 void Scheduler::set_client_weight(std::string_view client, std::uint32_t weight) {
   weight = std::max<std::uint32_t>(1, weight);
-  weights_[std::string(client)] = weight;
+  if (weight == 1) {
+    if (auto w = weights_.find(client); w != weights_.end()) weights_.erase(w);
+  } else {
+    weights_[std::string(client)] = weight;
+  }
   auto it = clients_by_name_.find(client);
   if (it == clients_by_name_.end()) return;
   const std::uint32_t c = it->second;

@@ -219,6 +219,7 @@ class RequestQueue {
   RateLimiter& limiter(std::string_view model = {});
 
   // DRR weight of a client (>= 1), from its next turn. Thread-safe (posts to the strand).
+  // Setting 1 (the default) again forgets the name.
   void set_client_weight(std::string client, std::uint32_t weight);
 
   executor_type get_executor() const noexcept { return executor_; }

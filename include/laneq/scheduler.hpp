@@ -143,8 +143,11 @@ class Scheduler {
   // Removes and returns one item whose deadline is <= now, earliest first.
   std::optional<Item> pop_expired(TimePoint now);
 
-  // Weight of a client for DRR (default 1). Applies from its next turn.
+  // Weight of a client for DRR (default 1). Applies from its next turn. Weight 1 forgets the
+  // name: only names with another weight are kept (weighted_clients()), so a set of tenants
+  // that come and go does not grow memory when each is set back to 1.
   void set_client_weight(std::string_view client, std::uint32_t weight);
+  std::size_t weighted_clients() const noexcept { return weights_.size(); }
 
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }

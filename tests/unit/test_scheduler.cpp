@@ -440,6 +440,30 @@ TEST_CASE("pop stays cheap with many clients whose costs far exceed a turn's gra
   CHECK(std::chrono::steady_clock::now() - t < 4s);
 }
 
+TEST_CASE("a weight set back to 1 forgets the name: weights of tenants that come and go do not "
+          "pile up",
+          "[scheduler]") {
+  Fixture f;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = "tenant-" + std::to_string(i);
+    f.s.set_client_weight(name, 3);
+    f.push(5, name);
+    CHECK(f.pop(t0));
+    f.s.set_client_weight(name, 1);
+  }
+  CHECK(f.s.weighted_clients() == 0);
+  f.s.set_client_weight("gold", 2);
+  f.s.set_client_weight("silver", 0);  // (0 is 1)
+  CHECK(f.s.weighted_clients() == 1);
+  // and the weight still applies while set, and not after
+  const auto g1 = f.push(5, "gold"), g2 = f.push(5, "gold"), g3 = f.push(5, "gold"),
+             b1 = f.push(5, "bronze"), b2 = f.push(5, "bronze");
+  CHECK(f.drain(t0) == std::vector<std::uint64_t>{g1, g2, b1, g3, b2});
+  f.s.set_client_weight("gold", 1);
+  const auto h1 = f.push(5, "gold"), h2 = f.push(5, "gold"), c1 = f.push(5, "bronze");
+  CHECK(f.drain(t0) == std::vector<std::uint64_t>{h1, c1, h2});
+}
+
 TEST_CASE("a retry goes back to its place without walking an older backlog of other clients",
           "[scheduler][complexity]") {
   // DRR serves a light client's new request while a heavy client's older backlog stays at the
