@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <regex>
 #include <string>
 #include <thread>
@@ -235,6 +236,30 @@ TEST_CASE("Expect: 100-continue gets an interim 100 before the body is sent") {
   CHECK(r.json()["choices"][0]["message"]["content"] == "mock reply to: after continue");
 }
 
+TEST_CASE("an HTTP/1.0 stream comes unframed and ends with the close; its Expect gets no 100") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  json body = openai_body("old client");
+  body["stream"] = true;
+  const std::string text = body.dump();
+  c.send_raw("POST /v1/chat/completions HTTP/1.0\r\nhost: x\r\nauthorization: Bearer k\r\n"
+             "expect: 100-continue\r\ncontent-length: " + std::to_string(text.size()) + "\r\n\r\n");
+  // Give the server time to see the head alone: a 100 Continue would be sent now.
+  std::this_thread::sleep_for(100ms);
+  c.send_raw(text);
+  auto r = c.read_head();
+  REQUIRE(r.status == 200);  // not an interim 100: a 1.0 client cannot take one
+  CHECK_FALSE(r.header("transfer-encoding").has_value());
+  CHECK_FALSE(r.header("content-length").has_value());
+  CHECK(r.header("connection") == "close");
+  c.read_body(r);  // to the close
+  CHECK(r.error == asio::error::eof);
+  CHECK(r.body.rfind("data: {", 0) == 0);           // no chunk size before the first event
+  CHECK(r.body.find("\r\n") == std::string::npos);  // nor anywhere else
+  CHECK(r.body.find("data: [DONE]") != std::string::npos);
+  CHECK(server.wait_stats([](const json& s) { return s["connections"]["current"] == 0; }));
+}
+
 TEST_CASE("a request body over the limit gets 413 and the connection closes") {
   MockConfig cfg;
   cfg.max_body_bytes = 1000;
@@ -243,6 +268,35 @@ TEST_CASE("a request body over the limit gets 413 and the connection closes") {
   const auto r = c.post(chat_path, openai_body(std::string(2000, 'x')), openai_auth());
   CHECK(r.status == 413);
   CHECK(r.header("connection") == "close");
+}
+
+TEST_CASE("a chunked request whose trailer section passes 64 KiB gets 431 and the connection closes") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  std::string request = "POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n0\r\n";
+  for (int i = 0; i < 12'000; ++i) request += "a: b\r\n";  // 72 KB of short lines, each within limits
+  request += "\r\n";
+  c.send_raw(request);
+  const auto r = c.read_response();
+  REQUIRE(r.status == 431);
+  CHECK(r.header("connection") == "close");
+  CHECK(c.read_until_closed() == asio::error::eof);
+}
+
+TEST_CASE("tiny chunks with long extensions get 413 once the wire bytes pass the body limit + 64 KiB") {
+  MockConfig cfg;
+  cfg.max_body_bytes = 1024;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  std::string request = "POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n";
+  const std::string chunk = "1;ext=" + std::string(990, 'x') + "\r\na\r\n";
+  for (int i = 0; i < 100; ++i) request += chunk;  // 100 KB on the wire for a 100-byte body
+  request += "0\r\n\r\n";
+  c.send_raw(request);
+  const auto r = c.read_response();
+  REQUIRE(r.status == 413);
+  CHECK(r.header("connection") == "close");
+  CHECK(c.read_until_closed() == asio::error::eof);
 }
 
 TEST_CASE("latency delays the answer by at least the configured time") {
@@ -301,6 +355,31 @@ TEST_CASE("unknown paths get 404 and GET /stats answers JSON") {
   const auto stats = c.request("GET", "/stats");
   REQUIRE(stats.status == 200);
   CHECK(stats.json()["by_status"]["404"] == 2);
+}
+
+TEST_CASE("header values that are not UTF-8 are counted, and /stats still answers valid JSON") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  const auto r = c.post(chat_path, openai_body(),
+                        with(openai_auth("k\xE9y"), {{"x-client", "caf\xE9"}, {"x-priority", "\xFF"},
+                                                     {"x-request-id", "r\xE9"}, {"x-laneq-id", "l\xE9"}}));
+  CHECK(r.status == 200);
+  const auto stats = c.request("GET", "/stats");
+  REQUIRE(stats.status == 200);
+  const auto s = json::parse(stats.body);  // the stray bytes came out as U+FFFD
+  CHECK(s["requests"] == 1);
+  REQUIRE(s["by_client"].size() == 1);
+  CHECK(s["by_client"].begin().key().rfind("caf", 0) == 0);
+}
+
+TEST_CASE("a path that is not UTF-8 gets 404, not a dropped connection") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  c.send_raw("GET /\xFF HTTP/1.1\r\nhost: x\r\n\r\n");
+  const auto r = c.read_response();
+  REQUIRE(r.status == 404);
+  CHECK(r.json()["error"]["code"] == "unknown_url");
+  CHECK(c.request("GET", "/stats").status == 200);  // with that path among by_path's keys
 }
 
 // --- rate limits ----------------------------------------------------------------------------
@@ -397,6 +476,29 @@ TEST_CASE("the tpm bucket charges prompt + max_tokens up front and takes back wh
   REQUIRE(too_large.status == 429);
   CHECK(too_large.json()["error"]["message"].get<std::string>().rfind("Request too large", 0) == 0);
   CHECK_FALSE(too_large.header("retry-after").has_value());
+}
+
+TEST_CASE("a max_tokens of 2^63 - 1 is a charge that can never fit, not one that wraps negative") {
+  MockConfig cfg;
+  cfg.tpm = 1000;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  json openai = openai_body();
+  openai["max_tokens"] = std::numeric_limits<std::int64_t>::max();
+  const auto r = c.post(chat_path, openai, openai_auth());
+  REQUIRE(r.status == 429);
+  const auto message = r.json()["error"]["message"].get<std::string>();
+  CHECK(message.rfind("Request too large", 0) == 0);
+  CHECK(message.find("Requested 9223372036854775807.") != std::string::npos);  // saturated
+  CHECK_FALSE(r.header("retry-after").has_value());
+
+  json anthropic = anthropic_body();
+  anthropic["max_tokens"] = std::numeric_limits<std::int64_t>::max();
+  const auto a = c.post(messages_path, anthropic, anthropic_auth());
+  REQUIRE(a.status == 429);
+  CHECK(a.json()["error"]["type"] == "rate_limit_error");
+  CHECK_FALSE(a.header("retry-after").has_value());
+  CHECK(server.stats()["usage"]["completion_tokens"] == 0);  // neither ran
 }
 
 TEST_CASE("with rate_limit_headers_on_429 off, a 429 carries no rate-limit headers") {
@@ -609,6 +711,27 @@ TEST_CASE("scripted outcomes force an exact sequence of answers") {
   CHECK(s["requests"] == 9);
 }
 
+TEST_CASE("scripted outcomes with a status or a delay out of range are refused, not wrapped") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  for (const char* outcome : {R"({"status": 4294967725})",  // 2^32 + 429
+                              R"({"status": 18446744073709551615})",
+                              R"({"latency_ms": 9000000000000000000})",
+                              R"({"status": 429, "retry_after_ms": 9223372036854775807})",
+                              R"({"status": 429, "retry_after": 9223372036854775807})"}) {
+    INFO(outcome);
+    const auto r = c.post("/control/script", json::parse(outcome));
+    CHECK(r.status == 400);
+    CHECK(r.json()["error"]["message"].get<std::string>().rfind("script outcome: ", 0) == 0);
+  }
+  const auto day = c.post("/control/script", json::parse(R"({"status": 429, "retry_after": 86400})"));
+  REQUIRE(day.status == 200);
+  CHECK(day.json()["pending"] == 1);  // none of the refused ones was queued
+  const auto limited = c.post(chat_path, openai_body(), openai_auth());
+  CHECK(limited.status == 429);
+  CHECK(limited.header("retry-after") == "86400");
+}
+
 TEST_CASE("a stalled answer holds the call until the client gives up, which the server counts") {
   MockServerThread server;
   server.script({laneq::mock::MockOutcome{.kind = laneq::mock::OutcomeKind::stall}});
@@ -717,6 +840,19 @@ TEST_CASE("/stats counts per model, priority, client, key and request id, 429s a
   CHECK(cleared["by_model"].empty());
   CHECK(cleared["max_in_1s"] == 0);
   CHECK(cleared["connections"]["current"] == 1);  // still open
+}
+
+TEST_CASE("by_status counts answers to API calls only, not to /stats or /control/*") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  REQUIRE(c.post("/control/reset", json::object()).status == 200);
+  CHECK(c.request("GET", "/stats").json()["by_status"].empty());
+  CHECK(c.request("GET", "/control/nothing").status == 404);
+  CHECK(c.request("GET", "/stats").json()["by_status"].empty());  // the first /stats was not counted
+  REQUIRE(c.post(chat_path, openai_body(), openai_auth()).status == 200);
+  const auto s = c.request("GET", "/stats").json();
+  CHECK(s["by_status"] == json{{"200", 1}});
+  CHECK(s["sent_429"] == 0);
 }
 
 TEST_CASE("the busiest 1 s window counts concurrent callers on many connections") {

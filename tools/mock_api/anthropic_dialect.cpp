@@ -14,7 +14,7 @@ std::string sse_event(std::string_view event, const json& data) {
   std::string out = "event: ";
   out += event;
   out += "\ndata: ";
-  out += data.dump();
+  out += dump_json(data);
   out += "\n\n";
   return out;
 }
@@ -86,7 +86,7 @@ class AnthropicDialect final : public Dialect {
         {"stop_sequence", nullptr},
         {"usage", {{"input_tokens", a.prompt_tokens}, {"output_tokens", a.completion_tokens}}},
     };
-    return j.dump();
+    return dump_json(j);
   }
 
   ErrorReply error(const ErrorSpec& spec) const override {
@@ -172,8 +172,8 @@ class AnthropicDialect final : public Dialect {
 
   std::string malformed_event(const Answer& a) const override {
     std::string e = "event: content_block_delta\ndata: ";
-    e += truncated_json(json{{"type", "content_block_delta"}, {"index", 0},
-                             {"delta", {{"type", "text_delta"}, {"text", a.text}}}}.dump());
+    e += truncated_json(dump_json({{"type", "content_block_delta"}, {"index", 0},
+                                   {"delta", {{"type", "text_delta"}, {"text", a.text}}}}));
     e += "\n\n";
     return e;
   }
@@ -206,7 +206,7 @@ class AnthropicDialect final : public Dialect {
   static const char* stop_reason(const Answer& a) { return a.truncated ? "max_tokens" : "end_turn"; }
 
   static std::string body(std::string_view type, std::string_view message) {
-    return json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}}.dump();
+    return dump_json({{"type", "error"}, {"error", {{"type", type}, {"message", message}}}});
   }
 
   static std::string delta(const std::string& text) {

@@ -86,6 +86,12 @@ const Dialect& anthropic_dialect() noexcept;
 // with "text" members (other blocks count nothing). Throws BadRequest on other shapes.
 std::size_t content_text_bytes(const nlohmann::json& content, std::string* text_out);
 
+// Serializes a body that may hold request bytes (a header value, the path, an API key): bytes
+// that are not UTF-8 become U+FFFD, where a plain dump() would throw and drop the connection.
+inline std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // A JSON body the client's parser must reject: a strict prefix of a JSON object.
 inline std::string truncated_json(const std::string& body) { return body.substr(0, body.size() / 2); }
 

@@ -66,7 +66,7 @@ HttpRequest RequestParser::take() {
   HttpRequest out = std::move(req_);
   req_ = HttpRequest{};
   state_ = State::head;
-  pos_ = scanned_ = remaining_ = 0;
+  pos_ = scanned_ = remaining_ = body_start_ = trailers_start_ = 0;
   expect_continue_ = false;
   return out;
 }
@@ -123,7 +123,7 @@ RequestParser::Result RequestParser::parse_head(std::string& in) {
       return fail(400, "malformed header name");
     req_.headers.emplace_back(std::string(name), std::string(trim(l.substr(colon + 1))));
   }
-  pos_ = end + 4;
+  pos_ = body_start_ = end + 4;
 
   // Body framing: chunked wins over Content-Length (RFC 9112 6.3).
   if (const auto te = req_.header("transfer-encoding")) {
@@ -145,7 +145,8 @@ RequestParser::Result RequestParser::parse_head(std::string& in) {
   } else {
     state_ = State::done;
   }
-  if (state_ != State::done)
+  // An HTTP/1.0 client cannot take an interim 1xx: ignore the expectation (RFC 9110 10.1.1).
+  if (state_ != State::done && req_.minor_version >= 1)
     if (const auto expect = req_.header("expect"); expect && iequals(trim(*expect), "100-continue"))
       expect_continue_ = true;
   return Result::incomplete;
@@ -183,7 +184,13 @@ RequestParser::Result RequestParser::parse(std::string& in) {
           return fail(400, "malformed chunk size");
         if (n > max_body_ - std::min(max_body_, req_.body.size()))
           return fail(413, "request body exceeds the server's limit");
+        // Tiny chunks with long extensions keep the body small while the buffer grows: bound
+        // the wire bytes too.
+        if (const auto wire = pos_ - body_start_;
+            wire > max_framing_bytes && wire - max_framing_bytes > max_body_)
+          return fail(413, "chunked request body exceeds the server's limit (framing included)");
         remaining_ = n;
+        trailers_start_ = pos_;
         state_ = n == 0 ? State::trailers : State::chunk_data;
         break;
       }
@@ -196,10 +203,10 @@ RequestParser::Result RequestParser::parse(std::string& in) {
       }
       case State::trailers: {
         const auto l = line(in);  // trailer fields are read and ignored
-        if (!l) {
-          if (in.size() - pos_ > max_head_bytes) return fail(431, "trailer section exceeds 64 KiB");
-          return Result::incomplete;
-        }
+        // The whole section counts, not just the line being read: endless short lines too.
+        if ((l ? pos_ : in.size()) - trailers_start_ > max_head_bytes)
+          return fail(431, "trailer section exceeds 64 KiB");
+        if (!l) return Result::incomplete;
         if (l->empty()) state_ = State::done;
         break;
       }

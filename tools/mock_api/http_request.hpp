@@ -61,12 +61,18 @@ class RequestParser {
   std::optional<std::string_view> line(const std::string& in);
 
   static constexpr std::size_t max_head_bytes = 64 * 1024;
+  // Chunked bodies: the chunks' wire bytes may exceed the body limit by this much (size lines,
+  // extensions, CRLFs); the trailer section as a whole gets max_head_bytes. Consumed bytes stay
+  // in `in` until the request completes, so these bound its memory.
+  static constexpr std::size_t max_framing_bytes = 64 * 1024;
 
   std::size_t max_body_;
   State state_ = State::head;
   std::size_t pos_ = 0;        // bytes of `in` consumed by this request so far
   std::size_t scanned_ = 0;    // head: bytes already searched for the blank line
   std::size_t remaining_ = 0;  // body_length / chunk_data: bytes still expected
+  std::size_t body_start_ = 0;      // pos_ where the body begins
+  std::size_t trailers_start_ = 0;  // pos_ where the trailer section begins
   bool expect_continue_ = false;
   HttpRequest req_{};
   int error_status_ = 0;

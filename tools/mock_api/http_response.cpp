@@ -30,7 +30,7 @@ std::string_view reason_phrase(int status) noexcept {
 }
 
 std::string response_head(int status, const HeaderList& headers,
-                          std::optional<std::size_t> content_length, bool close) {
+                          std::optional<std::size_t> content_length, bool close, bool chunked) {
   std::string out;
   out.reserve(256 + headers.size() * 48);
   out += "HTTP/1.1 ";
@@ -48,7 +48,7 @@ std::string response_head(int status, const HeaderList& headers,
     out += "content-length: ";
     out += std::to_string(*content_length);
     out += "\r\n";
-  } else {
+  } else if (chunked) {
     out += "transfer-encoding: chunked\r\n";
   }
   out += close ? "connection: close\r\n" : "connection: keep-alive\r\n";

@@ -13,9 +13,11 @@ namespace laneq::mock {
 std::string_view reason_phrase(int status) noexcept;
 
 // Status line and headers, then Content-Length (when `content_length` is set) or
-// "Transfer-Encoding: chunked", and "Connection: close" when `close`.
+// "Transfer-Encoding: chunked" (unless !chunked: an HTTP/1.0 client, whose body ends when the
+// connection closes), and "Connection: close" when `close`.
 std::string response_head(int status, const HeaderList& headers,
-                          std::optional<std::size_t> content_length, bool close);
+                          std::optional<std::size_t> content_length, bool close,
+                          bool chunked = true);
 
 // One chunk of a chunked body; `data` must not be empty (an empty chunk ends the body).
 std::string body_chunk(std::string_view data);

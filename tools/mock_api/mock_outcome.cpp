@@ -2,6 +2,7 @@
 
 #include <array>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace laneq::mock {
@@ -25,9 +26,13 @@ constexpr std::array<std::pair<OutcomeKind, std::string_view>, 10> kinds{{
   throw std::invalid_argument("script outcome: " + what);
 }
 
-std::int64_t non_negative_int(const nlohmann::json& v, const char* key) {
-  if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
-    bad(std::string(key) + " must be an integer >= 0");
+// Durations are bounded so that they convert to nanoseconds (and add to a clock) safely.
+constexpr std::int64_t max_delay_ms = 86'400'000;  // a day
+
+// An unsigned above the int64 range reads as negative here: refused as below `min` too.
+std::int64_t int_in(const nlohmann::json& v, const char* key, std::int64_t min, std::int64_t max) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < min || v.get<std::int64_t>() > max)
+    bad(std::string(key) + " must be an integer in " + std::to_string(min) + ".." + std::to_string(max));
   return v.get<std::int64_t>();
 }
 
@@ -59,23 +64,21 @@ MockOutcome outcome_from_json(const nlohmann::json& j) {
       if (!found) bad("unknown kind \"" + name + "\"");
       has_kind = true;
     } else if (key == "status") {
-      if (!v.is_number_integer() || v.get<int>() < 200 || v.get<int>() > 599)
-        bad("status must be an integer in 200..599");
-      status = v.get<int>();
+      status = static_cast<int>(int_in(v, "status", 200, 599));  // not get<int>: it narrows
     } else if (key == "type") {
       if (!v.is_string() || (v != "requests" && v != "tokens"))
         bad("type must be \"requests\" or \"tokens\"");
       o.rate_limit_type = v.get<std::string>();
     } else if (key == "retry_after_ms") {
-      o.retry_after_ms = std::chrono::milliseconds(non_negative_int(v, "retry_after_ms"));
+      o.retry_after_ms = std::chrono::milliseconds(int_in(v, "retry_after_ms", 0, max_delay_ms));
     } else if (key == "retry_after") {
-      o.retry_after = std::chrono::seconds(non_negative_int(v, "retry_after"));
+      o.retry_after = std::chrono::seconds(int_in(v, "retry_after", 0, max_delay_ms / 1000));
     } else if (key == "headers") {
       o.rate_limit_headers = boolean(v, "headers");
     } else if (key == "should_retry") {
       o.should_retry = boolean(v, "should_retry");
     } else if (key == "latency_ms") {
-      o.latency = std::chrono::milliseconds(non_negative_int(v, "latency_ms"));
+      o.latency = std::chrono::milliseconds(int_in(v, "latency_ms", 0, max_delay_ms));
     } else if (key == "message") {
       if (!v.is_string()) bad("message must be a string");
       o.message = v.get<std::string>();

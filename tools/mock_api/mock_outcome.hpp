@@ -42,8 +42,9 @@ struct MockOutcome {
 // From JSON, e.g. {"status":429,"retry_after_ms":300}, {"kind":"reset"},
 // {"kind":"error","status":503,"should_retry":false}, {"status":200,"latency_ms":50}.
 // Keys: kind, status, type, retry_after_ms, retry_after (s), headers, should_retry, latency_ms,
-// message. Without "kind": status 200 -> ok, 429 -> rate_limit, else error. Unknown keys or
-// values throw std::invalid_argument.
+// message. Without "kind": status 200 -> ok, 429 -> rate_limit, else error. status is 200..599;
+// latency_ms and retry_after_ms at most 86400000 (a day), retry_after at most 86400. Unknown keys
+// or bad values throw std::invalid_argument.
 MockOutcome outcome_from_json(const nlohmann::json& j);
 // An array of outcomes, or one object.
 std::vector<MockOutcome> outcomes_from_json(const nlohmann::json& j);

@@ -183,41 +183,53 @@ class Session {
     co_return ec ? Wait::client_closed : Wait::elapsed;
   }
 
+  // by_status and the 429 / 5xx counts are about API calls, not /stats or /control/*.
+  void count_status(const Plan& plan) {
+    if (plan.api_call) stats().status_sent(plan.status);
+  }
+
+  // One stream event: a chunk, or as is when the stream is unframed (HTTP/1.0).
+  static std::string frame(const Plan& plan, const std::string& event) {
+    return plan.unframed ? event : body_chunk(event);
+  }
+
   asio::awaitable<Wait> send_body(const Plan& plan) {
-    stats().status_sent(plan.status);
+    count_status(plan);
     std::string out = response_head(plan.status, plan.headers, plan.body.size(), plan.close);
     out += plan.body;
     co_return co_await write(out);
   }
 
   asio::awaitable<Wait> send_stream(const Plan& plan) {
-    stats().status_sent(plan.status);
-    std::string out = response_head(plan.status, plan.headers, std::nullopt, plan.close);
+    count_status(plan);
+    std::string out =
+        response_head(plan.status, plan.headers, std::nullopt, plan.close, !plan.unframed);
     if (plan.chunk_delay.count() <= 0) {
-      for (const auto& e : plan.events) out += body_chunk(e);
-      out += last_chunk;
+      for (const auto& e : plan.events) out += frame(plan, e);
+      if (!plan.unframed) out += last_chunk;
       co_return co_await write(out);
     }
     for (const auto& e : plan.events) {
-      out += body_chunk(e);
+      out += frame(plan, e);
       if (const auto w = co_await write(out); w != Wait::elapsed) co_return w;
       out.clear();
       if (const auto w = co_await wait(plan.chunk_delay); w != Wait::elapsed) co_return w;
     }
+    if (plan.unframed) co_return Wait::elapsed;  // the close ends it
     co_return co_await write(last_chunk);
   }
 
   // Head and the first part of the answer: half the body, or the first partial_events events.
   asio::awaitable<Wait> send_partial(const Plan& plan) {
-    stats().status_sent(plan.status);
+    count_status(plan);
     std::string out;
     if (plan.events.empty()) {
       out = response_head(plan.status, plan.headers, plan.body.size(), plan.close);
       out.append(plan.body, 0, plan.body.size() / 2);
     } else {
-      out = response_head(plan.status, plan.headers, std::nullopt, plan.close);
+      out = response_head(plan.status, plan.headers, std::nullopt, plan.close, !plan.unframed);
       for (std::size_t i = 0; i < plan.partial_events && i < plan.events.size(); ++i)
-        out += body_chunk(plan.events[i]);
+        out += frame(plan, plan.events[i]);
     }
     co_return co_await write(out);
   }

@@ -12,7 +12,7 @@ using nlohmann::json;
 
 std::string sse_data(const json& j) {
   std::string out = "data: ";
-  out += j.dump();
+  out += dump_json(j);
   out += "\n\n";
   return out;
 }
@@ -100,7 +100,7 @@ class OpenAiDialect final : public Dialect {
         {"usage", usage(a)},
         {"system_fingerprint", "fp_mock"},
     };
-    return j.dump();
+    return dump_json(j);
   }
 
   ErrorReply error(const ErrorSpec& spec) const override {
@@ -195,7 +195,7 @@ class OpenAiDialect final : public Dialect {
   }
 
   static std::string body(std::string_view type, const json& code, std::string_view message) {
-    return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}.dump();
+    return dump_json({{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}});
   }
 
   static json usage(const Answer& a) {

@@ -1,6 +1,7 @@
 #include "mock_api/responder.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,18 @@ Plan json_reply(int status, std::string body) {
   p.headers.emplace_back("content-type", json_type);
   p.body = std::move(body);
   return p;
+}
+
+// Token counts come from the request (max_tokens up to 2^63 - 1): a charge saturates rather
+// than wrapping negative, which the buckets would skip as nothing to take. Both are >= 0.
+std::int64_t add_tokens(std::int64_t a, std::int64_t b) noexcept {
+  constexpr auto max = std::numeric_limits<std::int64_t>::max();
+  return a > max - b ? max : a + b;
+}
+
+// A charge held as a double back to a count: 2^63 does not convert.
+std::int64_t to_tokens(double v) noexcept {
+  return v >= 0x1p63 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(v);
 }
 
 // The random injection: one draw against the configured rates, in a fixed order.
@@ -95,17 +108,18 @@ Plan Responder::plan(const HttpRequest& request, SteadyTime now, SystemTime syst
   Plan p = path == "/stats" || path.substr(0, 9) == "/control/" ? control(request)
                                                                  : plan_api_call(request, now, system_now);
   p.close = p.close || !request.keep_alive();
+  if (request.minor_version == 0 && !p.events.empty()) p.unframed = p.close = true;
   return p;
 }
 
 Plan Responder::control(const HttpRequest& request) {
   const auto path = request.path();
   const auto not_allowed = [&](const char* method) {
-    return json_reply(405, json{{"error", {{"message", std::string(path) + " takes " + method}}}}.dump());
+    return json_reply(405, dump_json({{"error", {{"message", std::string(path) + " takes " + method}}}}));
   };
   if (path == "/stats") {
     if (request.method != "GET") return not_allowed("GET");
-    return json_reply(200, stats_.to_json().dump());
+    return json_reply(200, dump_json(stats_.to_json()));  // keys are request bytes
   }
   if (path == "/control/reset") {
     if (request.method != "POST") return not_allowed("POST");
@@ -121,12 +135,12 @@ Plan Responder::control(const HttpRequest& request) {
       auto outcomes = outcomes_from_json(body);
       const auto queued = outcomes.size();
       script(std::move(outcomes));
-      return json_reply(200, json{{"queued", queued}, {"pending", scripted()}}.dump());
+      return json_reply(200, dump_json({{"queued", queued}, {"pending", scripted()}}));
     } catch (const std::invalid_argument& e) {
-      return json_reply(400, json{{"error", {{"message", e.what()}}}}.dump());
+      return json_reply(400, dump_json({{"error", {{"message", e.what()}}}}));
     }
   }
-  return json_reply(404, json{{"error", {{"message", "unknown control endpoint"}}}}.dump());
+  return json_reply(404, dump_json({{"error", {{"message", "unknown control endpoint"}}}}));
 }
 
 Plan Responder::plan_api_call(const HttpRequest& request, SteadyTime now, SystemTime system_now) {
@@ -214,7 +228,7 @@ Plan Responder::plan_api_call(const HttpRequest& request, SteadyTime now, System
     id = next_id_++;
     const auto out = output_reserved > 0 ? output_reserved : cfg.completion_tokens;
     charge = {.requests = 1,
-              .tokens = static_cast<double>(call.prompt_tokens + out),
+              .tokens = static_cast<double>(add_tokens(call.prompt_tokens, out)),
               .input_tokens = d->split_token_limits() ? static_cast<double>(call.prompt_tokens) : 0.0,
               .output_tokens = d->split_token_limits() ? static_cast<double>(out) : 0.0};
     auto& lim = limits_.try_emplace(*key, cfg, now).first->second;
@@ -281,13 +295,13 @@ Plan Responder::plan_api_call(const HttpRequest& request, SteadyTime now, System
       if (rejection) {
         spec.rate_limit_type = rejection->bucket;
         spec.limit = rejection->limit;
-        spec.requested = static_cast<std::int64_t>(rejection->requested);
+        spec.requested = to_tokens(rejection->requested);
         if (!rejection->retry_after) spec.kind = d->split_token_limits() ? ErrorKind::rate_limit : ErrorKind::too_large;
       } else {
         spec.rate_limit_type = forced->rate_limit_type;
         const auto& b = forced->rate_limit_type == "tokens" ? limits.tokens : limits.requests;
         spec.limit = b.limited ? b.limit : unlimited_header_value;
-        spec.requested = forced->rate_limit_type == "tokens" ? static_cast<std::int64_t>(charge.tokens) : 1;
+        spec.requested = forced->rate_limit_type == "tokens" ? to_tokens(charge.tokens) : 1;
       }
       error(spec);
       rate_headers = cfg.rate_limit_headers_on_429;
@@ -307,7 +321,7 @@ Plan Responder::plan_api_call(const HttpRequest& request, SteadyTime now, System
     case OutcomeKind::too_large:
       error({.kind = ErrorKind::too_large, .message = message, .model = call.model,
              .limit = limits.tokens.limited ? limits.tokens.limit : unlimited_header_value,
-             .requested = static_cast<std::int64_t>(call.prompt_tokens + output_reserved)});
+             .requested = add_tokens(call.prompt_tokens, output_reserved)});
       break;
     case OutcomeKind::reset:
       p.kind = Plan::Kind::reset;

@@ -38,6 +38,9 @@ struct Plan {
   std::chrono::nanoseconds latency{0};
   std::chrono::nanoseconds chunk_delay{0};
   bool close = false;                 // "Connection: close", then close
+  // An HTTP/1.0 client gets a stream without chunked framing (RFC 9112 forbids it); closing
+  // the connection ends it (`close` is set too).
+  bool unframed = false;
 
   // For Responder::finish (API calls only).
   bool api_call = false;
