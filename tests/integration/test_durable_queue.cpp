@@ -692,7 +692,7 @@ TEST_CASE("a request waiting out a retry's back-off is not in a call: a run that
 }
 
 TEST_CASE("a recovered request that ended the process in max_interrupted_runs runs is given up "
-          "with interrupted_too_often instead of crashing every later run; the others run",
+          "with interrupted_too_often instead of crashing every later run - the others run",
           "[durable][recovery][errors]") {
   TempDir dir("laneq-durable");
   const int limit = GENERATE(3, 0);  // the default, and no limit

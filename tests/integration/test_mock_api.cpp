@@ -236,7 +236,7 @@ TEST_CASE("Expect: 100-continue gets an interim 100 before the body is sent") {
   CHECK(r.json()["choices"][0]["message"]["content"] == "mock reply to: after continue");
 }
 
-TEST_CASE("an HTTP/1.0 stream comes unframed and ends with the close; its Expect gets no 100") {
+TEST_CASE("an HTTP/1.0 stream comes unframed and ends with the close - its Expect gets no 100") {
   MockServerThread server;
   HttpClient c(server.port());
   json body = openai_body("old client");

@@ -461,7 +461,7 @@ TEST_CASE("reconciliation returns unused tokens so later requests need not wait"
   CHECK(b.available >= 1000 - 20 * 20);
 }
 
-TEST_CASE("a call that fails after a 2xx keeps its tokens charged; one the server refused, or "
+TEST_CASE("a call that fails after a 2xx keeps its tokens charged - one the server refused, or "
           "that was refused before it was sent, costs none",
           "[queue][limits]") {
   asio::io_context io;

@@ -130,7 +130,7 @@ TEST_CASE("async_submit works with a callback, deferred, use_future, as_tuple an
   CHECK(thrown == errc::unknown_lane);
 }
 
-TEST_CASE("submit() queues nothing until its awaitable is awaited; one dropped unawaited is freed",
+TEST_CASE("submit() queues nothing until its awaitable is awaited - one dropped unawaited is freed",
           "[queue][awaitable]") {
   asio::io_context io;
   laneq::SimulatedProvider provider({.latency = 0ms});
@@ -610,7 +610,7 @@ TEST_CASE("a lane's default timeout applies when the request sets none", "[queue
   CHECK(provider.aborted() == 1);
 }
 
-TEST_CASE("cancelling a queued request removes it; cancelling an in-flight one aborts the call",
+TEST_CASE("cancelling a queued request removes it - cancelling an in-flight one aborts the call",
           "[queue][cancel]") {
   asio::io_context io;
   RecordingProvider provider({.latency = 300ms});
@@ -837,7 +837,7 @@ TEST_CASE("a stream cut short after it delivered text is not retried: the caller
   CHECK(provider.calls == 1);
 }
 
-TEST_CASE("shutdown with drain finishes queued work; submits after it fail with shutting_down",
+TEST_CASE("shutdown with drain finishes queued work - submits after it fail with shutting_down",
           "[queue][shutdown]") {
   asio::io_context io;
   laneq::SimulatedProvider provider({.latency = 1ms});

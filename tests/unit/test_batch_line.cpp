@@ -133,7 +133,7 @@ TEST_CASE("a success becomes a Batch API output line with the provider's answer"
   CHECK(laneq::cli::output_id("req-1") != laneq::cli::output_id("req-2"));
 }
 
-TEST_CASE("failures carry an error code and message; answers the provider gave stay", "[cli]") {
+TEST_CASE("failures carry an error code and message - answers the provider gave stay", "[cli]") {
   laneq::Response r;
   r.status = 429;
   r.error_message = "Rate limit reached";

@@ -176,7 +176,7 @@ TEST_CASE("OpenAI extra fields are merged in and win, except stream which follow
 }
 
 TEST_CASE("the OpenAI body spells max_tokens as its server wants, and can leave stream_options "
-          "out; extra's stream_options adds to include_usage") {
+          "out - extra's stream_options adds to include_usage") {
   Request r = chat(true);
   r.max_tokens = 64;
   const laneq::openai::BodyOptions current{.max_tokens_field = "max_completion_tokens"};
@@ -194,7 +194,7 @@ TEST_CASE("the OpenAI body spells max_tokens as its server wants, and can leave 
   CHECK(b["max_completion_tokens"] == 64);
 }
 
-TEST_CASE("a non-object extra is a programming error for both providers; null adds nothing") {
+TEST_CASE("a non-object extra is a programming error for both providers - null adds nothing") {
   for (const json& bad : {json::array({1}), json("x"), json(3), json(true)}) {
     Request r = chat();
     r.extra = bad;

@@ -142,7 +142,7 @@ TEST_CASE("a field without a colon is that field with an empty value") {
   CHECK(single("event: x\nevent\ndata: d\n\n").event.empty());
 }
 
-TEST_CASE("unknown fields and retry are ignored; field names are case-sensitive") {
+TEST_CASE("unknown fields and retry are ignored - field names are case-sensitive") {
   const std::vector<Ev> got = parse("foo: bar\nretry: 1000\nDATA: no\nData: no\ndata: yes\n\n");
   REQUIRE(got.size() == 1);
   CHECK(got[0] == Ev{"", "yes", ""});
@@ -181,7 +181,7 @@ TEST_CASE("the event type is kept as sent, empty when not given, and reset after
   CHECK(single("event: a\nevent: b\ndata: x\n\n").event == "b");
 }
 
-TEST_CASE("the last event id persists across events; an id with NUL is ignored") {
+TEST_CASE("the last event id persists across events - an id with NUL is ignored") {
   using namespace std::string_literals;
   const std::vector<Ev> got = parse("id: 7\ndata: a\n\ndata: b\n\nid\ndata: c\n\n");
   REQUIRE(got.size() == 3);
