@@ -14,6 +14,8 @@
 
 namespace laneq::test {
 
+// A failure (a Catch REQUIRE, an unexpected exception) stops the loop: a queue not shut down
+// keeps io.run() busy for ever, which hung the test and hid the failure.
 template <class MakeAwaitable>
 void run(asio::io_context& io, MakeAwaitable&& make) {
   std::exception_ptr error;
@@ -21,6 +23,7 @@ void run(asio::io_context& io, MakeAwaitable&& make) {
   asio::co_spawn(io, std::forward<MakeAwaitable>(make)(), [&](std::exception_ptr e) {
     error = e;
     finished = true;
+    if (e) io.stop();
   });
   io.run();
   if (error) std::rethrow_exception(error);
