@@ -859,7 +859,8 @@ TEST_CASE("shutdown with drain finishes queued work - submits after it fail with
 TEST_CASE("shutdown without drain fails queued work and lets in-flight calls finish",
           "[queue][shutdown]") {
   asio::io_context io;
-  laneq::SimulatedProvider provider({.latency = 20ms});
+  // (latency: the calls must still be in flight when shutdown comes, on a slow loop too)
+  laneq::SimulatedProvider provider({.latency = 500ms});
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
   queue.start();
   int ok = 0, dropped = 0;
@@ -869,8 +870,7 @@ TEST_CASE("shutdown without drain fails queued work and lets in-flight calls fin
         if (!ec) ++ok;
         if (ec == errc::shutting_down) ++dropped;
       });
-    asio::steady_timer t(co_await asio::this_coro::executor, 5ms);
-    co_await t.async_wait(asio::use_awaitable);
+    co_await laneq::test::wait_until([&] { return provider.in_flight() == 2; });
     co_await queue.shutdown({.drain = false});
   });
   CHECK(ok == 2);
@@ -881,7 +881,7 @@ TEST_CASE("shutdown without drain fails queued work and lets in-flight calls fin
 TEST_CASE("shutdown without drain: a call in flight that fails retryably is not tried again",
           "[queue][shutdown][retry]") {
   asio::io_context io;
-  laneq::SimulatedProvider provider({.latency = 20ms});
+  laneq::SimulatedProvider provider({.latency = 500ms});
   provider.script({.error = errc::server_error, .status = 503});  // retryable
   laneq::RequestQueue queue(io.get_executor(), provider,
                            {.workers = 1, .retry = {.max_attempts = 3, .base_delay = 1ms}});
@@ -893,8 +893,7 @@ TEST_CASE("shutdown without drain: a call in flight that fails retryably is not 
       got = ec;
       last = std::move(r);
     });
-    asio::steady_timer t(co_await asio::this_coro::executor, 5ms);
-    co_await t.async_wait(asio::use_awaitable);  // in its call
+    co_await laneq::test::wait_until([&] { return provider.in_flight() == 1; });  // in its call
     co_await queue.shutdown({.drain = false});
   });
   CHECK(got == errc::shutting_down);  // as a request waiting for its retry is

@@ -58,7 +58,8 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
                 asio::bind_executor(strand, [&, i](std::error_code ec, laneq::Response) {
                   Slot& sl = slots[i];
                   sl.ec = ec;
-                  if (sl.completions.fetch_add(1) != 0) FAIL("completed twice: " << i);
+                  // (counted, checked after the join: Catch is not for io threads)
+                  sl.completions.fetch_add(1);
                   if (!ec) ++ok;
                   else if (ec == laneq::errc::timeout) ++timeout;
                   else if (ec == laneq::errc::cancelled) ++cancelled;

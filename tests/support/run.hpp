@@ -9,6 +9,9 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include "laneq/request.hpp"
 
@@ -40,6 +43,18 @@ inline void run_until(asio::io_context& io, const std::function<bool()>& done) {
       throw std::runtime_error("run_until: the condition did not hold within 30 s");
     if (io.stopped()) io.restart();
     io.run_one_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Inside a coroutine on the loop: lets the loop run until `done()` holds (for what other
+// handlers bring about, e.g. calls in flight), instead of a timer that guesses how long that
+// takes. Throws after 30 s.
+inline asio::awaitable<void> wait_until(std::function<bool()> done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until)
+      throw std::runtime_error("wait_until: the condition did not hold within 30 s");
+    co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
   }
 }
 
