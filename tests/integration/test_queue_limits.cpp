@@ -86,9 +86,10 @@ TEST_CASE("a requests budget holds starts in every window", "[queue][limits]") {
   std::vector<steady::time_point> starts;
   for (auto& [name, t] : provider.starts()) starts.push_back(t);
   REQUIRE(starts.size() == 15);
-  // Grants are >= 400 ms apart per 5; the recorded times may jitter by a few ms, so the window
-  // checked is a little shorter (stricter for the limiter, not looser).
-  CHECK(max_in_window(starts, 380ms) <= 5);
+  // Grants are >= 400 ms apart per 5; a recorded start may lag its grant (tens of ms on a loaded
+  // machine under TSan), so the window checked is shorter: a looser check, which still catches
+  // a limiter that lets more than 5 through at once.
+  CHECK(max_in_window(starts, 300ms) <= 5);
   CHECK(steady::now() - t0 >= 790ms);  // 15 at 5 per 400 ms: the third five at >= 800 ms
   const auto snap = queue.metrics();
   REQUIRE(snap.limiters.size() == 1);
@@ -271,16 +272,16 @@ TEST_CASE("a retry that cannot finish before the deadline fails with timeout and
           "[queue][retry]") {
   asio::io_context io;
   laneq::SimulatedProvider provider;
-  provider.script({.error = errc::overloaded, .status = 529, .headers = retry_after_ms(1000)});
+  provider.script({.error = errc::overloaded, .status = 529, .headers = retry_after_ms(20'000)});
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
     const auto t0 = steady::now();
-    auto [ec, r] = co_await queue.async_submit(chat(), {.timeout = 300ms}, tuple_awaitable);
+    auto [ec, r] = co_await queue.async_submit(chat(), {.timeout = 10s}, tuple_awaitable);
     CHECK(ec == errc::timeout);
     CHECK(r.status == 529);
     CHECK(r.attempts == 1);
-    CHECK(steady::now() - t0 < 250ms);  // fails at once instead of sleeping into the deadline
+    CHECK(steady::now() - t0 < 5s);  // fails at once instead of sleeping into the deadline
     co_await queue.shutdown();
   });
   CHECK(provider.calls() == 1);
@@ -553,9 +554,10 @@ TEST_CASE("per-model limits: a cheap model's budget is not the expensive model's
     // the second cheap request waits for its budget (10 s) and times out
     auto [e2, r2] = co_await queue.async_submit(cheap, {.timeout = 150ms}, tuple_awaitable);
     CHECK(e2 == errc::timeout);
-    // the default model is not held by the cheap one's budget
+    // the default model is not held by the cheap one's budget (a deadline far below the
+    // cheap budget's 10 s, far above what a loaded loop may lag)
     for (int i = 0; i < 5; ++i) {
-      auto [e, r] = co_await queue.async_submit(chat(), {.timeout = 150ms}, tuple_awaitable);
+      auto [e, r] = co_await queue.async_submit(chat(), {.timeout = 5s}, tuple_awaitable);
       CHECK_FALSE(e);
     }
     co_await queue.shutdown();

@@ -247,7 +247,7 @@ TEST_CASE("with aging, a background request is served within its bound under con
     const laneq::Response r = co_await queue.submit(chat(), {.priority = Priority::background});
     CHECK(r.queue_wait >= 60ms);   // it did wait behind critical work...
     CHECK(r.queue_wait < 400ms);   // ...but not until the critical load ended
-    CHECK(critical_done > 10);
+    CHECK(critical_done > 3);      // (the load was real; ~16 in 80 ms unloaded)
     co_await queue.shutdown();
   });
 }
@@ -286,22 +286,24 @@ TEST_CASE("with aging, a background request keeps its bound when the rate limit 
 
 TEST_CASE("reserved workers keep a worker free for critical requests", "[queue][reserved]") {
   asio::io_context io;
-  laneq::SimulatedProvider provider({.latency = 40ms});
+  // (latency: far above what a loaded loop may lag, so "at once" is told from "after a call")
+  laneq::SimulatedProvider provider({.latency = 400ms});
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 3, .reserved_workers = 1});
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
-    for (int i = 0; i < 20; ++i)
+    for (int i = 0; i < 6; ++i)
       queue.async_submit(chat(), {.priority = Priority::low}, [](auto, auto) {});
-    asio::steady_timer t(co_await asio::this_coro::executor, 10ms);
-    co_await t.async_wait(asio::use_awaitable);
+    co_await laneq::test::wait_until([&] { return provider.in_flight() >= 2; });
+    for (int i = 0; i < 10; ++i)  // every worker has had its turn to take work
+      co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
     CHECK(provider.in_flight() == 2);  // the reserved worker does not take low work
     const laneq::Response r = co_await queue.submit(chat(), {.priority = Priority::critical});
-    // it started at once on the reserved worker, not after a 40 ms low call
-    CHECK(r.queue_wait < 20ms);
+    // it started at once on the reserved worker, not after a 400 ms low call
+    CHECK(r.queue_wait < 200ms);
     co_await queue.shutdown();
   });
   CHECK(provider.max_in_flight() == 3);
-  CHECK(provider.calls() == 21);
+  CHECK(provider.calls() == 7);
 }
 
 TEST_CASE("when full, submit waits for room by default and fails queue_full in reject lanes",
@@ -337,7 +339,7 @@ TEST_CASE("a critical request that finds the queue full starts at once on a park
           "worker, past the waiting batch work",
           "[queue][backpressure][reserved]") {
   asio::io_context io;
-  laneq::SimulatedProvider provider({.latency = 100ms});
+  laneq::SimulatedProvider provider({.latency = 600ms});
   laneq::RequestQueue queue(io.get_executor(), provider,
                             {.workers = 2, .reserved_workers = 1, .max_pending = 2});
   queue.start();
@@ -345,17 +347,16 @@ TEST_CASE("a critical request that finds the queue full starts at once on a park
     // one low call in flight on the general worker, two low ones queued: the queue is full
     for (int i = 0; i < 3; ++i)
       queue.async_submit(chat(), {.priority = Priority::low}, [](auto, auto) {});
-    asio::steady_timer t(co_await asio::this_coro::executor, 10ms);
-    co_await t.async_wait(asio::use_awaitable);
+    co_await laneq::test::wait_until([&] { return provider.in_flight() == 1; });
     // and one more low one waiting for room
     queue.async_submit(chat(), {.priority = Priority::low}, [](auto, auto) {});
     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);  // admitted
     CHECK(queue.metrics().total.waiting == 1);
     // The reserved worker is idle: it takes the critical request now, not when room appears
-    // (~100 ms, when the general worker takes the next low request).
+    // (~600 ms, when the general worker takes the next low request).
     const laneq::Response r = co_await queue.submit(chat(), {.priority = Priority::critical});
-    CHECK(r.queue_wait < 50ms);
-    co_await queue.shutdown();
+    CHECK(r.queue_wait < 300ms);
+    co_await queue.shutdown({.drain = false});
   });
 }
 
@@ -1025,8 +1026,9 @@ TEST_CASE("workers keep io_context::run busy until shutdown, which returns at on
   int ok = 0;
   for (int i = 0; i < 5; ++i)
     queue.async_submit(chat(), {}, [&](std::error_code ec, auto) { ok += ec ? 0 : 1; });
-  // the workers are running coroutines: without shutdown the loop would not run out of work
-  CHECK(io.run_for(50ms) > 0);
+  // the workers are running coroutines: without shutdown the loop does not run out of work
+  run_until(io, [&] { return ok == 5; });
+  io.poll();
   CHECK_FALSE(io.stopped());
   CHECK(ok == 5);
   const auto t0 = std::chrono::steady_clock::now();
@@ -1061,7 +1063,9 @@ TEST_CASE("a pending submit keeps its handler's io_context busy until the handle
   CHECK(other.poll() == 0);
   CHECK_FALSE(other.stopped());
   queue.start();
-  io.run_for(200ms);
+  // until the call has finished and its completion is posted to `other`
+  run_until(io, [&] { return queue.metrics().total.succeeded == 1; });
+  io.poll();
   CHECK_FALSE(called);      // the completion waits on `other`, not on the queue's loop
   CHECK(other.run() == 1);  // runs the handler, then the work is gone and run() returns
   CHECK(called);
