@@ -42,7 +42,9 @@ asio::awaitable<std::vector<std::pair<std::string, laneq::Response>>> submit_all
       done.emplace_back(text, std::move(r));
     });
   asio::steady_timer t(co_await asio::this_coro::executor);
+  const auto give_up = steady::now() + 60s;  // a regression fails instead of hanging
   while (done.size() < texts.size()) {
+    if (steady::now() > give_up) throw std::runtime_error("submit_all: not all completed in 60 s");
     t.expires_after(5ms);
     co_await t.async_wait(asio::use_awaitable);
   }

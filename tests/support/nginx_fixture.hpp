@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -35,6 +36,28 @@ class NginxFixture {
     dir_ = fs::temp_directory_path() / ("laneq-nginx-" + std::to_string(::getpid()) + "-" +
                                         std::to_string(counter()++));
     fs::create_directories(dir_ / "logs");
+    try {
+      start(body);
+    } catch (...) {  // the destructor will not run: stop nginx and remove the dir here
+      stop();
+      throw;
+    }
+  }
+
+  ~NginxFixture() { stop(); }
+
+  NginxFixture(const NginxFixture&) = delete;
+  NginxFixture& operator=(const NginxFixture&) = delete;
+
+  unsigned short port() const { return port_; }
+  std::string url(const std::string& path = "/json") const {
+    return "https://localhost:" + std::to_string(port_) + path;
+  }
+  std::string ca_file() const { return (dir_ / "cert.pem").string(); }
+
+ private:
+  void start(const std::string& body) {
+    namespace fs = std::filesystem;
     const std::string cert = (dir_ / "cert.pem").string(), key = (dir_ / "key.pem").string();
     const std::string gen = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost"
                             " -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout '" +
@@ -68,25 +91,16 @@ class NginxFixture {
     wait_ready();
   }
 
-  ~NginxFixture() {
+  void stop() noexcept {
     if (pid_ > 0) {
       ::kill(pid_, SIGTERM);
       ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
     }
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
 
-  NginxFixture(const NginxFixture&) = delete;
-  NginxFixture& operator=(const NginxFixture&) = delete;
-
-  unsigned short port() const { return port_; }
-  std::string url(const std::string& path = "/json") const {
-    return "https://localhost:" + std::to_string(port_) + path;
-  }
-  std::string ca_file() const { return (dir_ / "cert.pem").string(); }
-
- private:
   static int& counter() {
     static int n = 0;
     return n;
@@ -99,7 +113,10 @@ class NginxFixture {
       int status = 0;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        throw std::runtime_error("nginx exited at start; see " + (dir_ / "logs/error.log").string());
+        // (its log in the message: the dir is removed with the failed fixture)
+        std::ifstream log(dir_ / "logs/error.log");
+        std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+        throw std::runtime_error("nginx exited at start: " + text.substr(0, 2000));
       }
       asio::io_context io;
       asio::ip::tcp::socket s(io);
