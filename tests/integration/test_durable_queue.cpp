@@ -28,6 +28,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include "laneq/laneq.hpp"
+#include "support/child_guard.hpp"
 #include "support/journal_wait.hpp"
 #include "support/raw_sql.hpp"
 #include "support/recording_provider.hpp"
@@ -213,6 +214,7 @@ bool in_process_that_dies(const std::function<void()>& body) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    laneq::test::guard_child();
     try {
       body();
     } catch (...) {

@@ -31,6 +31,7 @@
 #include "laneq/laneq.hpp"
 #include "store/record_json.hpp"
 #include "store/schema.hpp"
+#include "support/child_guard.hpp"
 #include "support/journal_wait.hpp"
 #include "support/raw_sql.hpp"
 #include "support/temp_dir.hpp"
@@ -210,6 +211,7 @@ class Child {
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
+      laneq::test::guard_child();
       ::close(fds[0]);
       body(fds[1]);
       ::_exit(0);

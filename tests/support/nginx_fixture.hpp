@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "support/child_guard.hpp"
+
 #include <asio/connect.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
@@ -81,6 +83,7 @@ class NginxFixture {
     conf.close();
     pid_ = ::fork();
     if (pid_ == 0) {
+      guard_child(600);  // (alarm survives exec: nginx ends after 10 min at the latest)
       const std::string c = (dir_ / "nginx.conf").string(), p = dir_.string();
       ::execlp("nginx", "nginx", "-p", p.c_str(), "-c", c.c_str(), static_cast<char*>(nullptr));
       ::execl("/usr/sbin/nginx", "nginx", "-p", p.c_str(), "-c", c.c_str(),
