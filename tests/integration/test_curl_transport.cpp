@@ -150,7 +150,12 @@ TEST_CASE("64 transfers at once all complete - all in flight together over plain
 TEST_CASE("a refused connection is a network error - not a hang", "[transport]") {
   asio::io_context io;
   laneq::CurlTransport transport(io.get_executor());
-  const auto port = laneq::test::free_loopback_port();  // nobody listens there
+  // A port bound but not listening, held for the whole test: refused for sure, and no other
+  // test's server can take it meanwhile (a port found free and released could be).
+  asio::ip::tcp::socket held(io);
+  held.open(asio::ip::tcp::v4());
+  held.bind({asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = held.local_endpoint().port();
   auto fut = laneq::async_http(
       transport, chat_post("http://127.0.0.1:" + std::to_string(port) + "/v1/chat/completions"),
       asio::use_future);

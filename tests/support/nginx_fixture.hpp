@@ -37,12 +37,17 @@ class NginxFixture {
     namespace fs = std::filesystem;
     dir_ = fs::temp_directory_path() / ("laneq-nginx-" + std::to_string(::getpid()) + "-" +
                                         std::to_string(counter()++));
-    fs::create_directories(dir_ / "logs");
-    try {
-      start(body);
-    } catch (...) {  // the destructor will not run: stop nginx and remove the dir here
-      stop();
-      throw;
+    // The port is found free, released, then bound by nginx: another test may take it in
+    // between (nginx then exits at start), so a few tries, each on a new port.
+    for (int attempt = 1;; ++attempt) {
+      fs::create_directories(dir_ / "logs");
+      try {
+        start(body);
+        return;
+      } catch (...) {  // the destructor will not run: stop nginx and remove the dir here
+        stop();
+        if (attempt == 3) throw;
+      }
     }
   }
 
