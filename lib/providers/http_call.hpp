@@ -5,6 +5,7 @@
 // body builder. Internal to lib/.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -24,6 +25,15 @@ namespace laneq::detail {
 using parse_fn = std::error_code (*)(int status, const Headers& headers, std::string_view body,
                                      Response& out) noexcept;
 
+// A call ended by the caller's Request::on_delta throwing: errc::internal with these words (as
+// the queue reports it), not the transport's view of an aborted transfer.
+inline Response delta_threw(Response r, std::string_view what) {
+  r.error_type = "on_delta";
+  r.error_message = "Request::on_delta threw: ";
+  r.error_message += what;
+  return r;
+}
+
 // Accumulator: the wire format's StreamAccumulator (constructed from Request::on_delta);
 // Parse: its parse_response, for every answer that is not a streamed 2xx.
 template <class Accumulator, parse_fn Parse>
@@ -37,13 +47,14 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
     enum class kind : unsigned char { unknown, events, whole } body = kind::unknown;
     std::string whole;  // the body of kind::whole, up to the parser's limit
     bool whole_too_large = false;
+    std::optional<std::string> delta_threw;  // what Request::on_delta threw, which ended it
     SseParser parser;
     Accumulator acc;
   };
   std::shared_ptr<stream_state> stream;
   if (request.stream) {
     stream = std::make_shared<stream_state>(
-        stream_state{{}, {}, false, {}, Accumulator(request.on_delta)});
+        stream_state{{}, {}, false, {}, {}, Accumulator(request.on_delta)});
     http.headers.emplace_back("Accept", "text/event-stream");
     // On the transport's strand, one chunk at a time; the completion below runs after the last.
     http.on_body = [stream](std::string_view chunk) {
@@ -66,7 +77,15 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
         stream->whole += chunk;
         return;
       }
-      stream->parser.feed(chunk, [&](const SseEvent& e) { stream->acc.on_event(e); });
+      try {
+        stream->parser.feed(chunk, [&](const SseEvent& e) { stream->acc.on_event(e); });
+      } catch (const std::exception& e) {  // (only the caller's on_delta throws here)
+        stream->delta_threw = e.what();
+        throw;
+      } catch (...) {
+        stream->delta_threw = "an exception that is not a std::exception";
+        throw;
+      }
     };
   }
   transport.async_request(
@@ -82,6 +101,8 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
           }
           r.headers = std::move(hr.headers);
           r.status = hr.status;
+          if (stream && stream->delta_threw && ec != asio::error::operation_aborted)
+            return done(make_error_code(errc::internal), delta_threw(std::move(r), *stream->delta_threw));
           // A stream whose parser gave up (a line or event beyond its limit) is malformed, not
           // a network failure: retrying would fail the same way. So is a body over the limit.
           const bool malformed = ec == errc::malformed_response ||
@@ -108,12 +129,10 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
           try {
             stream->acc.deliver_whole(r.text);
           } catch (const std::exception& x) {
-            r.error_type = "on_delta";
-            r.error_message = std::string("Request::on_delta threw: ") + x.what();
+            r = delta_threw(std::move(r), x.what());
             e = make_error_code(errc::internal);
           } catch (...) {
-            r.error_type = "on_delta";
-            r.error_message = "Request::on_delta threw an exception that is not a std::exception";
+            r = delta_threw(std::move(r), "an exception that is not a std::exception");
             e = make_error_code(errc::internal);
           }
         }

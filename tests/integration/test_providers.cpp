@@ -651,3 +651,40 @@ TEST_CASE("a base URL's query stays at the end of the URL, after the path", "[pr
   CHECK(transport.urls == std::vector<std::string>{"http://127.0.0.1:9/v1/chat/completions?key=abc",
                                                    "http://127.0.0.1:9/proxy/v1/messages?api-version=2"});
 }
+
+TEST_CASE("both providers, called directly: an on_delta that throws ends the call with internal "
+          "and its words, not a network error",
+          "[providers][stream]") {
+  for (const Api api : {Api::openai, Api::anthropic}) {
+    INFO(api_name(api));
+    const std::string first_delta =
+        api == Api::openai
+            ? "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"
+            : "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+              "\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n";
+    for (const bool whole : {false, true}) {
+      INFO((whole ? "a whole body" : "a stream"));
+      const std::string whole_body =
+          api == Api::openai
+              ? R"({"choices":[{"message":{"content":"a"},"finish_reason":"stop"}]})"
+              : R"({"content":[{"type":"text","text":"a"}],"stop_reason":"end_turn"})";
+      asio::io_context io;
+      ChunkedAnswer transport(io.get_executor(), {whole ? whole_body : first_delta});
+      auto provider = provider_for(api, transport);
+      laneq::Request r = chat();
+      r.stream = true;
+      r.on_delta = [](std::string_view) { throw std::runtime_error("the UI is gone"); };
+      std::error_code got;
+      laneq::Response resp;
+      provider->async_call(r, {.executor = laneq::CallExecutor(asio::make_strand(io))},
+                           [&](std::error_code ec, laneq::Response x) {
+                             got = ec;
+                             resp = std::move(x);
+                           });
+      io.run();
+      CHECK(got == errc::internal);  // was network (and so retried by a caller's own loop)
+      CHECK(resp.error_type == "on_delta");
+      CHECK(resp.error_message == "Request::on_delta threw: the UI is gone");
+    }
+  }
+}
