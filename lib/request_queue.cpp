@@ -25,6 +25,7 @@
 #include "laneq/detail/post.hpp"
 #include "laneq/rate_limit_headers.hpp"
 #include "laneq/scheduler.hpp"
+#include "delta_failure.hpp"
 #include "json_text.hpp"
 #include "waiting_room.hpp"
 
@@ -325,7 +326,7 @@ struct guarded_delta {
       g->threw = true, g->thrown = e.what(), g->open = false;
       throw;
     } catch (...) {
-      g->threw = true, g->thrown = "an exception that is not a std::exception", g->open = false;
+      g->threw = true, g->thrown = detail::not_a_std_exception, g->open = false;
       throw;
     }
   }
@@ -1121,10 +1122,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         streamed = g->delivered, threw = g->threw, thrown = g->thrown;
       }
       if (threw) {  // the caller's own callback ended the stream: not the provider's fault
-        resp.error_type = "on_delta";
-        resp.error_message = "Request::on_delta threw: " + thrown;
         return finish(op, errc::internal, Metrics::Outcome::failed, Metrics::From::in_flight,
-                      std::move(resp));
+                      detail::delta_threw(std::move(resp), thrown));
       }
     }
     if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||

@@ -62,12 +62,12 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
       }
   }
   if (!d.from_server) {
-    // Full jitter: uniform [0, min(cap, base * 2^(attempts-1))). In double milliseconds, and
-    // the cap at most a year: milliseconds::max() as nanoseconds overflowed to a negative cap,
-    // which made every retry immediate.
-    constexpr double year_ms = 365.0 * 24 * 3600 * 1000;
+    // Full jitter: uniform [0, min(cap, base * 2^(attempts-1))). In double nanoseconds, the
+    // cap at most longest_delay: milliseconds::max() as integer nanoseconds overflowed to a
+    // negative cap, which made every retry immediate.
     const double base = static_cast<double>(policy.base_delay.count()) * 1e6;
-    const double cap = std::min(static_cast<double>(policy.max_delay.count()), year_ms) * 1e6;
+    const double cap =
+        static_cast<double>(std::min(policy.max_delay, longest_delay).count()) * 1e6;
     const double exp = std::min(cap, base * std::ldexp(1.0, static_cast<int>(
                                                                std::clamp<std::uint32_t>(attempts, 1, 63)) - 1));
     const double u = std::clamp(uniform01, 0.0, 1.0);

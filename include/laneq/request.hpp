@@ -35,7 +35,8 @@ struct Request {
   bool stream = false;
   nlohmann::json extra = nullptr;       // extra JSON fields passed through to the provider body
   // stream = true: called with each text delta as it arrives (on the transport's strand: keep
-  // it short, never block). The Response still carries the whole text at the end.
+  // it short, never block). The Response still carries the whole text at the end. A server that
+  // ignored `stream` and sent one whole body: called once with its text, when the call ends.
   std::function<void(std::string_view)> on_delta{};
 };
 

@@ -27,19 +27,21 @@
 
 namespace laneq {
 
+// The longest delay a retry waits, whatever the policy or the server says (a "forever" written
+// as milliseconds::max() must not overflow the clock).
+inline constexpr std::chrono::milliseconds longest_delay = std::chrono::hours(24 * 365);
+
 struct RetryPolicy {
   // Attempts in all, the first included; 1 = never retry. Default 3, like the official SDKs'
   // two retries.
   std::uint32_t max_attempts = 3;
   std::chrono::milliseconds base_delay{500};
-  std::chrono::milliseconds max_delay{8000};     // backoff's cap; a year at most
+  std::chrono::milliseconds max_delay{8000};     // backoff's cap; longest_delay at most
   std::chrono::milliseconds max_retry_after{60'000};
 
-  // max_retry_after in nanoseconds, at most a year: "always wait" written as
-  // milliseconds::max() must not overflow into a negative limit.
+  // max_retry_after in nanoseconds, at most longest_delay.
   std::chrono::nanoseconds retry_after_limit() const noexcept {
-    return std::chrono::nanoseconds(std::min(max_retry_after, std::chrono::milliseconds(
-                                                                  std::chrono::hours(24 * 365))));
+    return std::chrono::nanoseconds(std::min(max_retry_after, longest_delay));
   }
 };
 

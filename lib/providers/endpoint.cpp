@@ -30,11 +30,19 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
                                 ") for an endpoint that needs none");
   if (!custom_base) base = default_base;
   // (schemes are case-insensitive; without one curl would guess http://)
-  if (!detail::istarts_with(base, "http://") && !detail::istarts_with(base, "https://"))
+  const auto refuse = [&](const char* why) {
     throw std::system_error(make_error_code(errc::invalid_config),
-                            std::string(provider) + ": the base URL \"" + base + "\"" +
+                            std::string(provider) + ": the base URL \"" +
+                                base.substr(0, base.find_first_of("?\r\n")) + "\"" +
                                 (base_from_env ? std::string(" (from ") + base_env + ")" : "") +
-                                " must start with http:// or https://");
+                                " " + why);
+  };
+  if (!detail::istarts_with(base, "http://") && !detail::istarts_with(base, "https://"))
+    refuse("must start with http:// or https://");
+  // (a URL read with its line end: curl would refuse it at every call, as a network error)
+  if (std::any_of(base.begin(), base.end(),
+                  [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; }))
+    refuse("has a space or a control character (a line end read with it?)");
   // A query (a compatible server's "?api-version=" or "?key=") stays at the end.
   std::string query;
   if (const auto q = base.find('?'); q != std::string::npos) {
@@ -70,6 +78,10 @@ void check_headers(const Headers& headers, const char* provider) {
       throw std::system_error(make_error_code(errc::invalid_config),
                               std::string(provider) + ": the value of header \"" + name +
                                   "\" has a control character (a line end read with the key?)");
+    if (value.find_first_not_of(" \t") == std::string::npos)
+      throw std::system_error(make_error_code(errc::invalid_config),
+                              std::string(provider) + ": the header \"" + name +
+                                  "\" has an empty value, which curl would not send");
   }
 }
 

@@ -5,6 +5,7 @@
 // body builder. Internal to lib/.
 #include <algorithm>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -18,21 +19,13 @@
 #include "laneq/provider.hpp"
 #include "laneq/sse.hpp"
 #include "laneq/transport.hpp"
+#include "../delta_failure.hpp"
 
 namespace laneq::detail {
 
 // A wire format's parse_response.
 using parse_fn = std::error_code (*)(int status, const Headers& headers, std::string_view body,
                                      Response& out) noexcept;
-
-// A call ended by the caller's Request::on_delta throwing: errc::internal with these words (as
-// the queue reports it), not the transport's view of an aborted transfer.
-inline Response delta_threw(Response r, std::string_view what) {
-  r.error_type = "on_delta";
-  r.error_message = "Request::on_delta threw: ";
-  r.error_message += what;
-  return r;
-}
 
 // Accumulator: the wire format's StreamAccumulator (constructed from Request::on_delta);
 // Parse: its parse_response, for every answer that is not a streamed 2xx.
@@ -43,6 +36,9 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
   // page), which no event stream begins with: it is kept and parsed as an answer, not fed to
   // the parser, whose empty result read as a stream cut short (a network error: retried,
   // each retry a billed completion).
+  // (CurlTransportConfig::max_response_bytes' default: the transport does not bound what it
+  // hands to on_body)
+  static constexpr std::size_t max_whole_body = std::size_t{64} << 20;
   struct stream_state {
     enum class kind : unsigned char { unknown, events, whole } body = kind::unknown;
     std::string whole;  // the body of kind::whole, up to the parser's limit
@@ -61,16 +57,20 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
       // A parser that gave up reads nothing more: end the transfer instead of downloading on.
       if (stream->parser.failed()) throw std::length_error("the event stream broke its limits");
       using kind = typename stream_state::kind;
-      if (stream->body == kind::unknown) {  // decided by the first byte that is not blank
-        // (blank lines before the first event dispatch nothing: dropped)
+      while (stream->body == kind::unknown) {  // decided by the first byte that is not blank
+        // (blank lines before the first event dispatch nothing, a BOM means nothing: dropped)
         const auto first = chunk.find_first_not_of(" \t\r\n");
         if (first == std::string_view::npos) return;
         chunk.remove_prefix(first);
+        if (chunk.starts_with("\xEF\xBB\xBF")) {
+          chunk.remove_prefix(3);
+          continue;
+        }
         const char c = chunk.front();
         stream->body = c == '{' || c == '[' || c == '<' ? kind::whole : kind::events;
       }
       if (stream->body == kind::whole) {
-        if (stream->whole.size() + chunk.size() > stream->parser.max_line()) {
+        if (stream->whole.size() + chunk.size() > max_whole_body) {
           stream->whole_too_large = true;
           throw std::length_error("a whole body in answer to a stream request is too large");
         }
@@ -79,11 +79,13 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
       }
       try {
         stream->parser.feed(chunk, [&](const SseEvent& e) { stream->acc.on_event(e); });
-      } catch (const std::exception& e) {  // (only the caller's on_delta throws here)
+      } catch (const std::bad_alloc&) {
+        throw;
+      } catch (const std::exception& e) {  // (else only the caller's on_delta throws here)
         stream->delta_threw = e.what();
         throw;
       } catch (...) {
-        stream->delta_threw = "an exception that is not a std::exception";
+        stream->delta_threw = std::string(not_a_std_exception);
         throw;
       }
     };
@@ -132,7 +134,7 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
             r = delta_threw(std::move(r), x.what());
             e = make_error_code(errc::internal);
           } catch (...) {
-            r = delta_threw(std::move(r), "an exception that is not a std::exception");
+            r = delta_threw(std::move(r), not_a_std_exception);
             e = make_error_code(errc::internal);
           }
         }

@@ -211,10 +211,11 @@ void leave_pending(const std::string& path, const std::vector<std::string>& pend
 // Runs `body` in a child process, which calls die() with its objects still alive (returning
 // would destroy them, and a destroyed queue settles its rows - not a crash). True if it died ok.
 bool in_process_that_dies(const std::function<void()>& body) {
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    laneq::test::guard_child();
+    laneq::test::guard_child(parent);
     try {
       body();
     } catch (...) {

@@ -208,10 +208,11 @@ class Child {
   explicit Child(Body body) {
     int fds[2];
     REQUIRE(::pipe(fds) == 0);
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
-      laneq::test::guard_child();
+      laneq::test::guard_child(parent);
       ::close(fds[0]);
       body(fds[1]);
       ::_exit(0);

@@ -527,8 +527,9 @@ TEST_CASE("both providers: a stream request answered with one whole JSON body (a
             : R"({"type":"message","content":[{"type":"text","text":"whole answer"}],)"
               R"("stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}})";
     asio::io_context io;
-    // blank lines first, and the body in two pieces, as a network may cut it
-    ChunkedAnswer transport(io.get_executor(), {"\r\n", "\n  ", body.substr(0, 20), body.substr(20)});
+    // blank lines and a BOM first, and the body in two pieces, as a network may cut it
+    ChunkedAnswer transport(io.get_executor(),
+                            {"\r\n", "\n  \xEF\xBB\xBF", body.substr(0, 20), body.substr(20)});
     auto provider = provider_for(api, transport);
     laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
     queue.start();
@@ -570,23 +571,44 @@ TEST_CASE("both providers: a stream request answered with an HTML page is malfor
   }
 }
 
-TEST_CASE("both providers: blank lines before the first event do not stop a stream", "[providers][stream]") {
-  asio::io_context io;
-  ChunkedAnswer transport(
-      io.get_executor(),
-      {"\n\r\n", "\r", "\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
-       "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"});
-  auto provider = provider_for(Api::openai, transport);
-  laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
-  queue.start();
-  run(io, [&]() -> asio::awaitable<void> {
-    laneq::Request r = chat();
-    r.stream = true;
-    const laneq::Response resp = co_await queue.submit(r);
-    CHECK(resp.text == "a");
-    CHECK(resp.finish_reason == "stop");
-    co_await queue.shutdown();
-  });
+TEST_CASE("both providers: blank lines (and a BOM) before the first event do not stop a stream",
+          "[providers][stream]") {
+  for (const Api api : {Api::openai, Api::anthropic}) {
+    INFO(api_name(api));
+    const std::vector<std::string> events =
+        api == Api::openai
+            ? std::vector<std::string>{
+                  "\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+                  "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+                  "data: [DONE]\n\n"}
+            : std::vector<std::string>{
+                  "\nevent: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":"
+                  "{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+                  "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+                  "\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n"
+                  "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+                  "\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n"
+                  "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"};
+    for (const std::string lead : {"\n\r\n", "\xEF\xBB\xBF"}) {
+      asio::io_context io;
+      std::vector<std::string> chunks{lead, "\r"};
+      chunks.insert(chunks.end(), events.begin(), events.end());
+      ChunkedAnswer transport(io.get_executor(), chunks);
+      auto provider = provider_for(api, transport);
+      laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
+      queue.start();
+      run(io, [&]() -> asio::awaitable<void> {
+        laneq::Request r = chat();
+        r.stream = true;
+        auto [ec, resp] = co_await queue.async_submit(r, {}, tuple_awaitable);
+        CHECK_FALSE(ec);
+        CHECK(resp.text == "a");
+        CHECK(resp.finish_reason == (api == Api::openai ? "stop" : "end_turn"));
+        co_await queue.shutdown();
+      });
+      CHECK(transport.calls == 1);
+    }
+  }
 }
 
 TEST_CASE("both providers: a header that would not go on the wire as given is a config error "
@@ -613,6 +635,15 @@ TEST_CASE("both providers: a header that would not go on the wire as given is a 
           "\"X Bad\" is not an HTTP token");
   refused([&] { laneq::AnthropicProvider(transport, {.api_key = "k", .extra_headers = {{"", "1"}}}); },
           "is not an HTTP token");
+  refused([&] { laneq::OpenAIProvider(transport, {.api_key = "k", .extra_headers = {{"X-Empty", " "}}}); },
+          "\"X-Empty\" has an empty value");
+  refused([&] { laneq::AnthropicProvider(transport, {.api_key = "k", .version = ""}); },
+          "\"anthropic-version\" has an empty value");
+  // a base URL read with its line end; the message leaves out the query, which may hold a key
+  refused([&] { laneq::OpenAIProvider(transport, {.base_url = "http://127.0.0.1:9/v1\r"}); },
+          "has a space or a control character");
+  refused([&] { laneq::OpenAIProvider(transport, {.base_url = "ftp://h/v1?key=" + secret_key}); },
+          "\"ftp://h/v1\" must start with http:// or https://");
   // a tab and obs-text are allowed in a value
   CHECK_NOTHROW(laneq::OpenAIProvider(transport, {.api_key = "k", .extra_headers = {{"X-Ok", "a\tb \xc3\xa9"}}}));
 }
@@ -676,7 +707,7 @@ TEST_CASE("both providers, called directly: an on_delta that throws ends the cal
       r.on_delta = [](std::string_view) { throw std::runtime_error("the UI is gone"); };
       std::error_code got;
       laneq::Response resp;
-      provider->async_call(r, {.executor = laneq::CallExecutor(asio::make_strand(io))},
+      provider->async_call(r, {.executor = laneq::CallExecutor(asio::make_strand(io)), .cancel = {}},
                            [&](std::error_code ec, laneq::Response x) {
                              got = ec;
                              resp = std::move(x);

@@ -86,9 +86,10 @@ class NginxFixture {
          << "    location /json { default_type application/json; return 200 '" << body
          << "'; }\n  }\n}\n";
     conf.close();
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
-      guard_child(600);  // (alarm survives exec: nginx ends after 10 min at the latest)
+      guard_child(parent, 0);  // (no time limit: nginx handles SIGALRM; the destructor stops it)
       const std::string c = (dir_ / "nginx.conf").string(), p = dir_.string();
       ::execlp("nginx", "nginx", "-p", p.c_str(), "-c", c.c_str(), static_cast<char*>(nullptr));
       ::execl("/usr/sbin/nginx", "nginx", "-p", p.c_str(), "-c", c.c_str(),
