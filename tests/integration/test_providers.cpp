@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <asio/experimental/as_tuple.hpp>
@@ -513,6 +514,32 @@ std::unique_ptr<laneq::Provider> provider_for(Api api, laneq::Transport& t) {
       t, laneq::AnthropicConfig{.api_key = "k", .base_url = "http://127.0.0.1:9"});
 }
 
+// A stream request through a queue (3 attempts) to `api` answered with `chunks`: its outcome,
+// the deltas its on_delta saw and the calls the transport took.
+struct StreamOutcome {
+  std::error_code ec;
+  laneq::Response resp;
+  std::vector<std::string> deltas;
+  int calls = 0;
+};
+StreamOutcome stream_through(Api api, std::vector<std::string> chunks) {
+  asio::io_context io;
+  ChunkedAnswer transport(io.get_executor(), std::move(chunks));
+  auto provider = provider_for(api, transport);
+  laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
+  queue.start();
+  StreamOutcome out;
+  run(io, [&]() -> asio::awaitable<void> {
+    laneq::Request r = chat();
+    r.stream = true;
+    r.on_delta = [&](std::string_view d) { out.deltas.emplace_back(d); };
+    std::tie(out.ec, out.resp) = co_await queue.async_submit(r, {}, tuple_awaitable);
+    co_await queue.shutdown();
+  });
+  out.calls = transport.calls;
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("both providers: a stream request answered with one whole JSON body (a server that "
@@ -526,27 +553,14 @@ TEST_CASE("both providers: a stream request answered with one whole JSON body (a
               R"("finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}})"
             : R"({"type":"message","content":[{"type":"text","text":"whole answer"}],)"
               R"("stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}})";
-    asio::io_context io;
     // blank lines and a BOM first, and the body in two pieces, as a network may cut it
-    ChunkedAnswer transport(io.get_executor(),
-                            {"\r\n", "\n  \xEF\xBB\xBF", body.substr(0, 20), body.substr(20)});
-    auto provider = provider_for(api, transport);
-    laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
-    queue.start();
-    std::vector<std::string> deltas;
-    run(io, [&]() -> asio::awaitable<void> {
-      laneq::Request r = chat();
-      r.stream = true;
-      r.on_delta = [&](std::string_view d) { deltas.emplace_back(d); };
-      auto [ec, resp] = co_await queue.async_submit(r, {}, tuple_awaitable);  // (shuts down anyway)
-      CHECK_FALSE(ec);
-      CHECK(resp.text == "whole answer");
-      CHECK(resp.usage.output_tokens == 2);
-      CHECK(resp.attempts == 1);
-      co_await queue.shutdown();
-    });
-    CHECK(transport.calls == 1);  // was 3: each read as a network error and retried
-    CHECK(deltas == std::vector<std::string>{"whole answer"});
+    const auto o = stream_through(api, {"\r\n", "\n  \xEF\xBB\xBF", body.substr(0, 20), body.substr(20)});
+    CHECK_FALSE(o.ec);
+    CHECK(o.resp.text == "whole answer");
+    CHECK(o.resp.usage.output_tokens == 2);
+    CHECK(o.resp.attempts == 1);
+    CHECK(o.calls == 1);  // was 3: each read as a network error and retried
+    CHECK(o.deltas == std::vector<std::string>{"whole answer"});
   }
 }
 
@@ -555,19 +569,9 @@ TEST_CASE("both providers: a stream request answered with an HTML page is malfor
           "[providers][stream]") {
   for (const Api api : {Api::openai, Api::anthropic}) {
     INFO(api_name(api));
-    asio::io_context io;
-    ChunkedAnswer transport(io.get_executor(), {"<html><body>Sign in to the Wi-Fi</body></html>"});
-    auto provider = provider_for(api, transport);
-    laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
-    queue.start();
-    run(io, [&]() -> asio::awaitable<void> {
-      laneq::Request r = chat();
-      r.stream = true;
-      auto [ec, resp] = co_await queue.async_submit(r, {}, tuple_awaitable);
-      CHECK(ec == errc::malformed_response);
-      co_await queue.shutdown();
-    });
-    CHECK(transport.calls == 1);
+    const auto o = stream_through(api, {"<html><body>Sign in to the Wi-Fi</body></html>"});
+    CHECK(o.ec == errc::malformed_response);
+    CHECK(o.calls == 1);
   }
 }
 
@@ -590,23 +594,13 @@ TEST_CASE("both providers: blank lines (and a BOM) before the first event do not
                   "\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n"
                   "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"};
     for (const std::string lead : {"\n\r\n", "\xEF\xBB\xBF"}) {
-      asio::io_context io;
       std::vector<std::string> chunks{lead, "\r"};
       chunks.insert(chunks.end(), events.begin(), events.end());
-      ChunkedAnswer transport(io.get_executor(), chunks);
-      auto provider = provider_for(api, transport);
-      laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
-      queue.start();
-      run(io, [&]() -> asio::awaitable<void> {
-        laneq::Request r = chat();
-        r.stream = true;
-        auto [ec, resp] = co_await queue.async_submit(r, {}, tuple_awaitable);
-        CHECK_FALSE(ec);
-        CHECK(resp.text == "a");
-        CHECK(resp.finish_reason == (api == Api::openai ? "stop" : "end_turn"));
-        co_await queue.shutdown();
-      });
-      CHECK(transport.calls == 1);
+      const auto o = stream_through(api, chunks);
+      CHECK_FALSE(o.ec);
+      CHECK(o.resp.text == "a");
+      CHECK(o.resp.finish_reason == (api == Api::openai ? "stop" : "end_turn"));
+      CHECK(o.calls == 1);
     }
   }
 }
