@@ -95,6 +95,20 @@ void Scheduler::collect_idle_clients() {
   idle_clients_ = 0;
 }
 
+// The first item of a list newer than `seq`, which the tail is: looked for from both ends at
+// once. Out of line: only a requeue needs it, and push() stays small.
+template <std::uint32_t Scheduler::Node::*prev, std::uint32_t Scheduler::Node::*next>
+[[gnu::noinline, gnu::cold]] std::uint32_t Scheduler::first_newer(std::uint64_t seq, std::uint32_t head,
+                                                                  std::uint32_t tail) const {
+  for (std::uint32_t f = head, b = tail;;) {  // nodes_[b].seq > seq all along
+    if (nodes_[f].seq > seq) return f;
+    const std::uint32_t p = nodes_[b].*prev;
+    if (p == npos || nodes_[p].seq < seq) return b;
+    f = nodes_[f].*next;
+    b = p;
+  }
+}
+
 // The list's links are template arguments: three lists per push, each with direct offsets.
 template <std::uint32_t Scheduler::Node::*prev, std::uint32_t Scheduler::Node::*next>
 void Scheduler::insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail) {
@@ -103,21 +117,8 @@ void Scheduler::insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint
   // light client's retry may be newer than a heavy client's whole backlog.
   const std::uint64_t seq = nodes_[slot].seq;
   std::uint32_t before = npos;
-  if (tail != npos && nodes_[tail].seq > seq) {
-    for (std::uint32_t f = head, b = tail;;) {  // nodes_[b].seq > seq all along
-      if (nodes_[f].seq > seq) {
-        before = f;
-        break;
-      }
-      const std::uint32_t p = nodes_[b].*prev;
-      if (p == npos || nodes_[p].seq < seq) {
-        before = b;
-        break;
-      }
-      f = nodes_[f].*next;
-      b = p;
-    }
-  }
+  if (tail != npos && nodes_[tail].seq > seq) [[unlikely]]
+    before = first_newer<prev, next>(seq, head, tail);
   const std::uint32_t after = before == npos ? tail : nodes_[before].*prev;
   nodes_[slot].*prev = after;
   nodes_[slot].*next = before;
@@ -154,8 +155,9 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   n.cost = std::max<std::uint32_t>(1, a.cost);
   n.lane = static_cast<std::uint16_t>(a.lane);
 
-  // lane list in seq order: a new item appends; a requeued one (a.seq) goes back to its place
-  insert_by_seq<&Node::lane_prev, &Node::lane_next>(slot, lane.head, lane.tail);
+  // lane list in seq order, only for aging (a lane's oldest item): a new item appends; a
+  // requeued one (a.seq) goes back to its place
+  if (aging_mask_ != 0) insert_by_seq<&Node::lane_prev, &Node::lane_next>(slot, lane.head, lane.tail);
   ++lane.count;
   nonempty_ |= std::uint64_t{1} << a.lane;
 
@@ -173,6 +175,11 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   // deadline
   if (a.deadline) {
     heap_push(slot, *a.deadline);
+  } else if (lane.spec.timeout.count() > 0 && lane.dl_tail != npos &&
+             nodes_[lane.dl_tail].seq > n.seq) {
+    // A requeue behind newer items: its deadline goes to the heap, O(log n), rather than walk
+    // the lane's list to its place.
+    heap_push(slot, n.enqueued_at + lane.spec.timeout);
   } else if (lane.spec.timeout.count() > 0) {
     n.deadline_kind = lane_deadline;
     insert_by_seq<&Node::dl_prev, &Node::dl_next>(slot, lane.dl_head, lane.dl_tail);
@@ -199,8 +206,10 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
   Item item{id_of(slot), n.payload, n.lane, n.enqueued_at, std::nullopt, n.seq};
   if (n.deadline_kind != no_deadline) item.deadline = deadline_of(slot);
 
-  if (n.lane_prev != npos) nodes_[n.lane_prev].lane_next = n.lane_next; else lane.head = n.lane_next;
-  if (n.lane_next != npos) nodes_[n.lane_next].lane_prev = n.lane_prev; else lane.tail = n.lane_prev;
+  if (aging_mask_ != 0) {
+    if (n.lane_prev != npos) nodes_[n.lane_prev].lane_next = n.lane_next; else lane.head = n.lane_next;
+    if (n.lane_next != npos) nodes_[n.lane_next].lane_prev = n.lane_prev; else lane.tail = n.lane_prev;
+  }
   if (--lane.count == 0) nonempty_ &= ~(std::uint64_t{1} << n.lane);
 
   Client& cl = clients_[n.client];

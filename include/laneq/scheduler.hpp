@@ -21,8 +21,10 @@
 // Complexity (n = queued requests, c = clients, L = lanes, L <= 64):
 //   push            O(1) amortized (+ O(log n) when the item has an explicit deadline, or a
 //                   lane-default one out of arrival order, see below);
-//                   a requeue (PushArgs::seq) looks for its place from both ends of its lane:
-//                   O(min(older, newer items))
+//                   a requeue (PushArgs::seq) looks for its place among its client's items
+//                   in the lane from both ends, O(min(older, newer) of them), and, when a lane
+//                   ages, among the lane's items too, O(min(older, newer) of those); its
+//                   lane-default deadline goes to the heap (O(log n)) when newer items exist
 //   pop             O(L) when every client can pay for its head at its next turn (costs <=
 //                   quantum*weight); otherwise O(L + log c): a client that needs several turns
 //                   to pay waits in a heap keyed by the round in which it can, so rounds in
@@ -214,7 +216,7 @@ class Scheduler {
   };
   struct Lane {
     SchedulerLane spec;
-    std::uint32_t head = npos, tail = npos;        // all items, seq order
+    std::uint32_t head = npos, tail = npos;        // all items, seq order (only when a lane ages)
     std::uint32_t dl_head = npos, dl_tail = npos;  // lane-default deadline items
     std::size_t count = 0;
     // DRR: round `round` is under way; `current` is having its turn (npos: between turns),
@@ -253,6 +255,8 @@ class Scheduler {
   Item unlink(std::uint32_t slot);
   template <std::uint32_t Node::*prev, std::uint32_t Node::*next>
   void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail);
+  template <std::uint32_t Node::*prev, std::uint32_t Node::*next>
+  std::uint32_t first_newer(std::uint64_t seq, std::uint32_t head, std::uint32_t tail) const;
   TimePoint deadline_of(std::uint32_t slot) const noexcept;  // max() when it has none
   void heap_set(std::size_t pos, HeapEntry e);  // heap_[pos] = e, pos kept in its node's dl_prev
   void heap_erase(std::size_t pos);
