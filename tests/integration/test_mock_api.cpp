@@ -789,6 +789,23 @@ TEST_CASE("random injection is reproducible from the seed") {
   CHECK(failures <= 20);
 }
 
+TEST_CASE("a reset starts the injection draws again from the seed") {
+  MockConfig cfg;
+  cfg.seed = 7;
+  cfg.error_rate_500 = 0.5;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  const auto draw = [&] {
+    std::vector<int> out;
+    for (int i = 0; i < 24; ++i) out.push_back(c.post(chat_path, openai_body(), openai_auth()).status);
+    return out;
+  };
+  const auto first = draw();
+  CHECK(std::count(first.begin(), first.end(), 500) >= 4);
+  REQUIRE(c.post("/control/reset", json::object()).status == 200);
+  CHECK(draw() == first);
+}
+
 // --- stats ----------------------------------------------------------------------------------
 
 TEST_CASE("/stats counts per model, priority, client, key and request id, 429s and the busiest second") {

@@ -99,6 +99,7 @@ void Responder::reset() {
     std::lock_guard lock(mu_);
     script_.clear();
     limits_.clear();
+    rng_.seed(cfg_.seed);  // the same draws again: a reset run answers as the first did
   }
   stats_.reset();
 }
