@@ -29,6 +29,10 @@ using steady = std::chrono::steady_clock;
 
 namespace {
 
+// Calls that failed, on any path: a run with failures prints them and exits 1 (its req/s would
+// count answers that were errors).
+int failures = 0;
+
 constexpr int in_flight = 64;
 
 double transport_alone(const std::string& base, int n) {
@@ -45,9 +49,11 @@ double transport_alone(const std::string& base, int n) {
     if (started == n) return;
     ++started;
     laneq::async_http(transport, proto, [&](std::error_code ec, laneq::HttpResponse r) {
-      if (ec || r.status != 200) std::fprintf(stderr, "transport failure: %s\n", r.error.c_str());
       const auto j = nlohmann::json::parse(r.body, nullptr, false);  // as the provider does
-      if (j.is_discarded()) std::fprintf(stderr, "bad JSON\n");
+      if (ec || r.status != 200 || j.is_discarded()) {
+        if (failures++ == 0)
+          std::fprintf(stderr, "b4_http: transport failure: %d %s\n", r.status, r.error.c_str());
+      }
       ++done;
       next();
     });
@@ -75,7 +81,8 @@ double queue_path(const std::string& base, int n, bool preload = false) {
     queue.async_submit(laneq::Request{.model = "bench", .messages = {{"user", "hello"}},
                                       .max_tokens = 16},
                        {}, [&](std::error_code ec, laneq::Response) {
-                         if (ec) std::fprintf(stderr, "queue failure: %s\n", ec.message().c_str());
+                         if (ec && failures++ == 0)
+                           std::fprintf(stderr, "b4_http: queue failure: %s\n", ec.message().c_str());
                          if (++done == n) queue.async_shutdown({}, [](std::error_code) {});
                          if (!preload) next();
                        });
@@ -123,7 +130,7 @@ int concurrency() {
   io.run();
   const double secs = std::chrono::duration<double>(steady::now() - t0).count();
   std::printf(
-      "{\"bench\":\"B4\",\"mode\":\"concurrency\",\"in_flight\":%d,\"failed\":%d,"
+      "{\"bench\":\"B4-concurrency\",\"in_flight\":%d,\"failed\":%d,"
       "\"server_peak_in_flight\":%s,\"server_peak_connections\":%s,\"seconds\":%.2f,"
       "\"rss_before_mb\":%.1f,\"peak_rss_mb\":%.1f}\n",
       n, failed, seen.value("peak_in_flight", nlohmann::json()).dump().c_str(),
@@ -145,9 +152,9 @@ int main(int argc, char** argv) {
     const std::string path = only;
     const double rate = path == "transport" ? transport_alone(mock.base_url(), n)
                                             : queue_path(mock.base_url(), n, path == "preload");
-    std::printf("{\"bench\":\"B4\",\"mode\":\"%s\",\"n\":%d,\"req_per_s\":%.0f}\n",
-                path.c_str(), n, rate);
-    return 0;
+    std::printf("{\"bench\":\"B4\",\"mode\":\"%s\",\"n\":%d,\"req_per_s\":%.0f,\"failed\":%d}\n",
+                path.c_str(), n, rate, failures);
+    return failures == 0 ? 0 : 1;
   }
   // Rounds alternate the two paths, so a burst of noise on this machine hits both alike; the
   // figures are medians over the rounds, the ratio the median of the per-round ratios.
@@ -171,6 +178,8 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"bench\":\"B4\",\"mode\":\"ratio\",\"n\":%d,\"rounds\":%d,\"in_flight\":%d,"
       "\"queue_req_per_s\":%.0f,\"transport_req_per_s\":%.0f,\"ratio\":%.3f,"
-      "\"preload_req_per_s\":%.0f,\"preload_ratio\":%.3f,\"peak_rss_mb\":%.1f}\n",
-      n, rounds, in_flight, median(q), median(t), median(r), median(p), median(rp), peak_rss_mb());
+      "\"preload_req_per_s\":%.0f,\"preload_ratio\":%.3f,\"peak_rss_mb\":%.1f,\"failed\":%d}\n",
+      n, rounds, in_flight, median(q), median(t), median(r), median(p), median(rp), peak_rss_mb(),
+      failures);
+  return failures == 0 ? 0 : 1;
 }

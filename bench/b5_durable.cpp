@@ -8,6 +8,7 @@
 //     journal and counts acknowledged ids it does not hold (must be 0).
 //   b5_durable [n]
 #include <signal.h>
+#include <cstdlib>
 #include <unistd.h>
 
 #include <chrono>
@@ -53,7 +54,7 @@ struct Throughput {
 Throughput throughput(const fs::path& dir, std::size_t n) {
   asio::io_context io(1);
   laneq::SimulatedProvider provider;
-  std::size_t acked = 0, outcomes = 0;
+  std::size_t acked = 0, outcomes = 0, refused = 0;
   steady::time_point t_acked, t_done;
   laneq::RequestQueue queue(
       io.get_executor(), provider,
@@ -69,10 +70,17 @@ Throughput throughput(const fs::path& dir, std::size_t n) {
   const auto t0 = steady::now();
   for (std::size_t i = 0; i < n; ++i)
     queue.async_enqueue(request(i), {}, [&](std::error_code ec, std::string) {
-      if (ec) std::fprintf(stderr, "b5: enqueue failed: %s\n", ec.message().c_str());
+      if (ec) {  // not an acknowledgement: it is not counted as one
+        if (refused++ == 0) std::fprintf(stderr, "b5: enqueue failed: %s\n", ec.message().c_str());
+        return;
+      }
       if (++acked == n) t_acked = steady::now();
     });
   io.run();
+  if (refused != 0 || acked != n) {
+    std::fprintf(stderr, "b5: %zu of %zu enqueues failed\n", n - acked, n);
+    std::exit(1);
+  }
   const auto secs = [&](steady::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
   return {n / secs(t_acked), n / secs(t_done), queue.journal()->stats().transactions};
 }
@@ -113,8 +121,16 @@ std::pair<std::size_t, std::size_t> kill_test(const std::string& self, const fs:
         buf.erase(0, pos + 1);
       }
     }
+    // (a child that ended early, or acknowledged too little, tests nothing: fail, not pass)
+    if (acked.size() < 50'000) {
+      std::fprintf(stderr, "b5: the child acknowledged only %zu before it went quiet\n", acked.size());
+      std::exit(1);
+    }
     p.signal(SIGKILL);
-    p.exit_code(std::chrono::seconds(10));
+    if (const int code = p.exit_code(std::chrono::seconds(10)); code != -SIGKILL) {
+      std::fprintf(stderr, "b5: the child ended by itself (%d) before the kill\n", code);
+      std::exit(1);
+    }
     // Acknowledgements printed before the kill landed are acknowledged too.
     for (std::string chunk; !(chunk = p.read_stdout(false, std::chrono::seconds(1))).empty();) buf += chunk;
     for (std::size_t pos; (pos = buf.find('\n')) != std::string::npos; buf.erase(0, pos + 1))
