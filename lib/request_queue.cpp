@@ -567,6 +567,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       return reject(op, errc::bad_request,
                     std::string("Request::extra must be a JSON object or null, not ") +
                         (x.is_discarded() ? "a discarded value (a failed parse)" : x.type_name()));
+    // A timeout of 0 or less would expire at once: a mistake (0 means "none" elsewhere), said so.
+    if (const auto& t = op->options.timeout; !recovered && t && t->count() <= 0)
+      return reject(op, errc::bad_request,
+                    "SubmitOptions::timeout must be > 0 (" + std::to_string(t->count()) +
+                        " ms); leave it empty for the lane's, milliseconds::max() for none");
     // A recovered request was acknowledged in an earlier run: the per-client limit must not
     // fail it now (only its deadline ends it); enqueue() lets it past the scheduler's too.
     if (!recovered && cfg_.max_pending_per_client != 0 &&

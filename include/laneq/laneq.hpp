@@ -6,6 +6,7 @@
 #include "laneq/priority.hpp"
 #include "laneq/provider.hpp"
 #include "laneq/providers/anthropic.hpp"
+#include "laneq/providers/anthropic_format.hpp"
 #include "laneq/providers/openai.hpp"
 #include "laneq/rate_budget.hpp"
 #include "laneq/rate_limit_headers.hpp"

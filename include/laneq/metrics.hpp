@@ -36,6 +36,7 @@ class LatencyHistogram {
   void merge(const LatencyHistogram& other) noexcept;
 
   std::uint64_t count() const noexcept { return count_; }
+  std::chrono::nanoseconds min() const noexcept { return std::chrono::nanoseconds(min_ns_); }
   std::chrono::nanoseconds max() const noexcept { return std::chrono::nanoseconds(max_ns_); }
   // Sum of all recorded values; a double so years of cumulative latency cannot overflow.
   std::chrono::duration<double> sum() const noexcept {
@@ -96,7 +97,8 @@ struct LimiterSnapshot {
 };
 
 struct MetricsSnapshot {
-  std::vector<LaneSnapshot> lanes;                   // in the order given to Metrics
+  std::vector<LaneSnapshot> lanes;                   // in the order given to Metrics (a
+                                                     // queue's: by priority, best first)
   std::map<std::string, SeriesSnapshot> clients;     // by client name; overflow series "_other"
   SeriesSnapshot total;                              // all lanes together
   double uptime_s = 0;

@@ -1,6 +1,6 @@
 #pragma once
-// Priority lanes. Lower value = served sooner. The default lane set is the seed documents' five
-// levels; QueueConfig::lanes may define any other set (priorities are plain ints underneath).
+// Priority lanes. Lower value = served sooner. The default lane set has these five levels;
+// QueueConfig::lanes may define any other set (priorities are plain ints underneath).
 #include <string_view>
 
 namespace laneq {

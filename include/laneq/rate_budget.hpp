@@ -30,7 +30,7 @@ struct BudgetSpec {
   std::string name;                               // "requests", "tokens", ...
   std::int64_t limit = 0;                         // units per period, >= 1
   Duration period = std::chrono::minutes(1);      // > 0
-  bool smooth = false;                            // space grants period / limit apart
+  bool smooth = false;                            // space grants cost x period / limit apart
 };
 
 class RateBudgets {

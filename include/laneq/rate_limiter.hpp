@@ -42,7 +42,7 @@ struct RateLimits {
   std::int64_t input_tokens = 0;   // Anthropic's separate input-tokens budget (ITPM)
   std::int64_t output_tokens = 0;  // Anthropic's separate output-tokens budget (OTPM)
   std::chrono::nanoseconds period = std::chrono::minutes(1);
-  bool smooth = false;             // space starts period / limit apart (no bursts)
+  bool smooth = false;             // space starts cost x period / limit apart (no bursts)
   // Adopt the limits the server reports (x-ratelimit-limit-*, anthropic-ratelimit-*-limit, per
   // minute, scaled to `period`), up or down; a kind left at 0 here gets a budget of the
   // server's. Off: the configured limits stand; the server can only lower what remains.
@@ -72,8 +72,8 @@ class RateLimiter {
   static constexpr Ticket unmetered_ticket = ~Ticket{0};
   using Completion = detail::unique_function<void(std::error_code, Ticket)>;
 
-  // Throws std::system_error(errc::invalid_config) naming the bad field (negative limit,
-  // period <= 0).
+  // Throws std::system_error(errc::invalid_config) naming the bad field (a negative limit or
+  // one above 2^50, a period <= 0 or above a year).
   RateLimiter(executor_type ex, RateLimits limits, std::string name = "default");
   ~RateLimiter();
   RateLimiter(const RateLimiter&) = delete;

@@ -26,7 +26,8 @@ struct Message {
 // A provider-neutral chat request. Providers turn it into their wire format.
 struct Request {
   // Your id for the request (e.g. a batch line's custom_id); sent as `x-laneq-id` so a server
-  // or proxy can tell an at-least-once redelivery. Durable requests are journaled under it (a
+  // or proxy can tell an at-least-once redelivery (when it is at most 256 printable ASCII bytes;
+  // otherwise not sent). Durable requests are journaled under it (a
   // unique one is made when empty).
   std::string id{};
   std::string model{};
@@ -37,6 +38,8 @@ struct Request {
   // stream = true: called with each text delta as it arrives (on the transport's strand: keep
   // it short, never block). The Response still carries the whole text at the end. A server that
   // ignored `stream` and sent one whole body: called once with its text, when the call ends.
+  // A stream that already gave text here is not retried (you would see it twice); an exception
+  // from it ends the request with errc::internal ("Request::on_delta threw: ...").
   std::function<void(std::string_view)> on_delta{};
 };
 
@@ -45,7 +48,8 @@ struct Request {
 struct SubmitOptions {
   Priority priority = Priority::normal;              // names a lane of QueueConfig::lanes
   ClientId client{};                                 // tenant for fair scheduling ("" = default)
-  // Queue wait + call; overrides the lane's. milliseconds::max() (or 100 years or more): none.
+  // Queue wait + call; overrides the lane's. milliseconds::max() (or 100 years or more): none;
+  // 0 or less: bad_request at submit.
   std::optional<std::chrono::milliseconds> timeout{};
   std::uint32_t cost = 1;                            // fairness cost (DRR), e.g. tokens; ≥ 1
   // Journaled before it is queued (needs QueueConfig::journal): survives a crash and runs

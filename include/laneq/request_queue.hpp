@@ -119,11 +119,14 @@ class RequestError : public std::system_error {
   Response response_;
 };
 
+// Every member may be called from any thread: the queue's state lives on its strand, and entry
+// points post there.
 class RequestQueue {
  public:
   using executor_type = asio::any_io_executor;
 
-  // Throws std::system_error(errc::invalid_config) naming the bad field.
+  // Throws std::system_error(errc::invalid_config) naming the bad field, or (errc::journal) when
+  // QueueConfig::journal names a file that cannot be opened (locked, corrupt, unwritable).
   RequestQueue(executor_type ex, Provider& provider, QueueConfig config = {});
   ~RequestQueue();
   RequestQueue(const RequestQueue&) = delete;
@@ -218,8 +221,9 @@ class RequestQueue {
   // Thread-safe.
   RateLimiter& limiter(std::string_view model = {});
 
-  // DRR weight of a client (>= 1), from its next turn. Thread-safe (posts to the strand).
-  // Setting 1 (the default) again forgets the name.
+  // DRR weight of a client (>= 1; 0 throws invalid_config), from its next turn. Thread-safe
+  // (posts to the strand). Setting 1 (the default) again forgets the name. config() keeps the
+  // weights given at construction.
   void set_client_weight(std::string client, std::uint32_t weight);
 
   executor_type get_executor() const noexcept { return executor_; }

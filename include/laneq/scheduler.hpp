@@ -129,10 +129,10 @@ class Scheduler {
 
   // Best item for any worker / for a reserved worker (reserved lanes only), or nullopt.
   std::optional<Item> pop(TimePoint now);
+  std::optional<Item> pop_reserved(TimePoint now);
   // The payload pop() returns next unless aging promotes a request (then it is a hint, e.g. to
   // prefetch), or 0 when empty. O(1).
   std::uint64_t next_payload_hint() const noexcept;
-  std::optional<Item> pop_reserved(TimePoint now);
   bool has_reserved_work() const noexcept { return (nonempty_ & reserved_mask_) != 0; }
   // The reserved lanes, a bit per lane index.
   std::uint64_t reserved_lanes() const noexcept { return reserved_mask_; }

@@ -26,8 +26,9 @@ struct HttpRequest {
   std::string url{};
   Headers headers{};
   std::string body{};
-  // Streaming: called with each piece of the response body as it arrives (on the transport's
-  // strand; must not block). The body is then not accumulated in HttpResponse::body. It may
+  // Streaming: called with each piece of a 2xx response body as it arrives (on the transport's
+  // strand; must not block), which is then not accumulated in HttpResponse::body; any other
+  // status's body is (an error's JSON). It may
   // throw to stop reading (the providers do, when the stream broke its limits or the caller's
   // on_delta threw): a transport then aborts the exchange and completes with an error
   // (CurlTransport: errc::network), never letting the exception escape.
@@ -38,13 +39,14 @@ struct HttpRequest {
 struct HttpResponse {
   int status = 0;               // 0: no HTTP answer (see error)
   Headers headers{};            // of the final response (not of 1xx / redirects)
-  std::string body{};           // empty when streamed through on_body
+  std::string body{};           // empty when a 2xx body was streamed through on_body
   long http_version = 0;        // 10, 11, 20, 30 (HTTP/1.0 ... HTTP/3)
   std::string error{};          // transport failure, a person's words (never an API key)
 };
 
 // Invoked exactly once, on the executor passed to async_request. Errors: errc::network
 // (connect, reset, TLS, DNS, timeout...) with HttpResponse::error saying which;
+// errc::malformed_response for a body over CurlTransportConfig::max_response_bytes;
 // asio::error::operation_aborted when cancelled. An HTTP error status is not an error here.
 using HttpCompletion = detail::unique_function<void(std::error_code, HttpResponse)>;
 

@@ -943,6 +943,40 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
   CHECK_THROWS_AS(laneq::SubmitOptions{.client = std::string(64, 'x')}, std::length_error);
 }
 
+TEST_CASE("a timeout of 0 or less is refused at submit with bad_request, not expired at once",
+          "[queue][errors]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    for (const auto t : {0ms, -5ms}) {
+      auto [ec, r] = co_await queue.async_submit(chat("bad"), {.timeout = t}, tuple_awaitable);
+      CHECK(ec == errc::bad_request);  // was timeout, as if it had waited
+      CHECK_THAT(r.error_message, Catch::Contains("SubmitOptions::timeout must be > 0"));
+    }
+    auto [ec, r] = co_await queue.async_submit(chat("ok"), {.timeout = 1ms * 5000}, tuple_awaitable);
+    CHECK_FALSE(ec);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen() == std::vector<std::string>{"ok"});
+  const auto m = queue.metrics();
+  CHECK(m.total.rejected == 2);
+  CHECK(m.total.expired == 0);
+}
+
+TEST_CASE("QueueConfig::journal = {} or nullptr turns journaling off, without an exception",
+          "[queue][config]") {
+  laneq::QueueConfig c;
+  c.journal = "run.db";
+  CHECK(c.journal.path == "run.db");
+  c.journal = {};  // picks the const char* overload
+  CHECK(c.journal.path.empty());
+  c.journal = "run.db";
+  c.journal = nullptr;
+  CHECK(c.journal.path.empty());
+}
+
 TEST_CASE("a Request::extra that is not a JSON object is refused at submit with bad_request, "
           "before any wait or call",
           "[queue][errors]") {

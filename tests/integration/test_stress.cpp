@@ -49,7 +49,7 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
       for (int i = s; i < n; i += 8) {
         laneq::SubmitOptions o{.priority = prios[rng() % 5],
                                .client = "c" + std::to_string(rng() % 17)};
-        if (rng() % 5 == 0) o.timeout = std::chrono::milliseconds(rng() % 20);
+        if (rng() % 5 == 0) o.timeout = std::chrono::milliseconds(1 + rng() % 20);  // (0: bad_request)
         Slot& slot = slots[i];
         queue.async_submit(
             laneq::test::chat(), o,

@@ -39,6 +39,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 TEST_CASE("an empty histogram reports zero everywhere", "[metrics][histogram]") {
   LatencyHistogram h;
   CHECK(h.count() == 0);
+  CHECK(h.min() == 0ns);
   CHECK(h.max() == 0ns);
   CHECK(h.percentile(0.0) == 0ns);
   CHECK(h.percentile(0.5) == 0ns);
@@ -54,6 +55,10 @@ TEST_CASE("a single value is every percentile of its histogram", "[metrics][hist
   CHECK(h.count() == 1);
   CHECK(h.max() == 1234567ns);
   for (double q : {0.0, 0.01, 0.5, 0.99, 1.0}) CHECK(h.percentile(q) == 1234567ns);
+  h.record(7ms);
+  h.record(3ns);
+  CHECK(h.min() == 3ns);  // the smallest recorded, exactly
+  CHECK(h.max() == 7ms);
 }
 
 TEST_CASE("a negative duration is recorded as zero", "[metrics][histogram]") {

@@ -1,6 +1,6 @@
 #pragma once
 // A move-only type-erased callable (std::move_only_function is C++23). Small callables
-// (<= 3 pointers) live inline, so storing an Asio handler usually does not allocate.
+// (<= 6 pointers) live inline, so storing an Asio handler usually does not allocate.
 #include <cstddef>
 #include <new>
 #include <type_traits>

@@ -60,7 +60,10 @@ struct JournalConfig {
     *this = JournalConfig{.path = std::move(p)};
     return *this;
   }
-  JournalConfig& operator=(const char* p) { return *this = std::string(p); }
+  // (`= {}` and `= nullptr` pick this overload: no path, journaling off)
+  JournalConfig& operator=(const char* p) {
+    return p ? *this = std::string(p) : *this = JournalConfig{};
+  }
 };
 
 struct JournalStats {
