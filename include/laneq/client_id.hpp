@@ -32,6 +32,14 @@ class ClientId {
   friend constexpr bool operator==(const ClientId& a, const ClientId& b) noexcept {
     return a.view() == b.view();
   }
+  // Against a name of another type (without these, two conversions fit and == is ambiguous).
+  friend constexpr bool operator==(const ClientId& a, std::string_view b) noexcept {
+    return a.view() == b;
+  }
+  friend bool operator==(const ClientId& a, const std::string& b) noexcept { return a.view() == b; }
+  friend constexpr bool operator==(const ClientId& a, const char* b) noexcept {
+    return a.view() == std::string_view(b);
+  }
 
  private:
   constexpr void assign(std::string_view name) {

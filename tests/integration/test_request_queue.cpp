@@ -1555,3 +1555,20 @@ TEST_CASE("co_await (queue.submit(...) || timer) cancels the submit when the tim
   });
   CHECK(provider.seen() == std::vector<std::string>{"blocker"});
 }
+
+TEST_CASE("a ClientId compares with a string_view, a std::string and a literal, both ways",
+          "[queue][client]") {
+  // (each was ambiguous with a string_view or a std::string: two conversions fit)
+  const laneq::ClientId c("tenant-42");
+  const std::string_view v = "tenant-42";
+  const std::string s = "tenant-42";
+  CHECK(c == v);
+  CHECK(v == c);
+  CHECK(c == s);
+  CHECK(s == c);
+  CHECK(c == "tenant-42");
+  CHECK(c != std::string_view("tenant-7"));
+  CHECK(c != std::string("tenant-7"));
+  CHECK(c != "tenant-7");
+  STATIC_REQUIRE(laneq::ClientId("a") == std::string_view("a"));
+}
