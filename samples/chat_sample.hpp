@@ -28,7 +28,7 @@ inline bool env_set(const char* name) {
 
 // Returns the process exit code: 0 when both calls succeeded.
 template <class Provider, class ProviderConfig>
-int run_chat_sample(const ChatSample& s, int argc, char** argv) {
+int run_chat_sample_or_throw(const ChatSample& s, int argc, char** argv) {
   using namespace std::chrono_literals;
   asio::io_context io;
 
@@ -45,6 +45,8 @@ int run_chat_sample(const ChatSample& s, int argc, char** argv) {
 
   laneq::CurlTransport transport{io.get_executor()};
   Provider provider{transport, pc};
+  // Limits of this sample's own, well under any paid tier's: set yours from your account's
+  // (or let adopt_server_limits learn them from the answers' headers).
   laneq::RequestQueue queue{io.get_executor(), provider,
                             {.workers = 2, .rate_limits = {.requests = 60, .tokens = 40'000}}};
   queue.start();
@@ -56,7 +58,9 @@ int run_chat_sample(const ChatSample& s, int argc, char** argv) {
                                     {"user", argc > 1 ? argv[1] : "Why do priority queues help?"}},
                        .max_tokens = 100};
     try {
-      laneq::Response r = co_await queue.submit(req, {.priority = laneq::Priority::critical});
+      // (the critical lane's deadline is 30 s by default: a slow model may want more)
+      const laneq::SubmitOptions opts{.priority = laneq::Priority::critical, .timeout = 120s};
+      laneq::Response r = co_await queue.submit(req, opts);
       std::printf("%s (%s, %lld+%lld tokens, %.0f ms): %s\n", s.name, r.finish_reason.c_str(),
                   static_cast<long long>(r.usage.input_tokens),
                   static_cast<long long>(r.usage.output_tokens),
@@ -69,7 +73,7 @@ int run_chat_sample(const ChatSample& s, int argc, char** argv) {
         std::fflush(stdout);
       };
       std::printf("%s, streamed: ", s.name);
-      r = co_await queue.submit(req, {.priority = laneq::Priority::critical});
+      r = co_await queue.submit(req, opts);
       std::printf("\n(%lld output tokens)\n", static_cast<long long>(r.usage.output_tokens));
     } catch (const laneq::RequestError& e) {
       ++failures;
@@ -84,4 +88,16 @@ int run_chat_sample(const ChatSample& s, int argc, char** argv) {
 
   io.run();
   return failures == 0 ? 0 : 1;
+}
+
+// A bad configuration (e.g. OPENAI_BASE_URL without http://) is a message and exit code 2, not
+// an abort.
+template <class Provider, class ProviderConfig>
+int run_chat_sample(const ChatSample& s, int argc, char** argv) {
+  try {
+    return run_chat_sample_or_throw<Provider, ProviderConfig>(s, argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s sample: %s\n", s.name, e.what());
+    return 2;
+  }
 }

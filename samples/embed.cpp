@@ -51,8 +51,12 @@ int main() {
           asio::experimental::as_tuple(asio::use_awaitable));
       if (ec) co_return;
       char buf[5];
-      co_await asio::async_read(sock, asio::buffer(buf), asio::use_awaitable);
-      co_await asio::async_write(sock, asio::buffer(buf), asio::use_awaitable);
+      // (as_tuple: a client that went away must not end the server)
+      auto [rec, n] = co_await asio::async_read(sock, asio::buffer(buf),
+                                                asio::experimental::as_tuple(asio::use_awaitable));
+      if (!rec)
+        co_await asio::async_write(sock, asio::buffer(buf, n),
+                                   asio::experimental::as_tuple(asio::use_awaitable));
     }
   }, asio::detached);
 
@@ -61,21 +65,28 @@ int main() {
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 8, .reserved_workers = 2});
   queue.start();
 
+  const auto t0 = std::chrono::steady_clock::now();
   asio::co_spawn(app, [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
     // echo clients interleaved with queue traffic
-    for (int i = 0; i < 20; ++i) {
-      tcp::socket s(ex);
-      co_await s.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
-      char out[5] = {'p', 'i', 'n', 'g', char('0' + i % 10)}, in[5];
-      co_await asio::async_write(s, asio::buffer(out), asio::use_awaitable);
-      co_await asio::async_read(s, asio::buffer(in), asio::use_awaitable);
-      if (std::equal(in, in + 5, out)) ++echoes;
-      for (int k = 0; k < 10; ++k)
-        queue.async_submit({.model = "m", .messages = {{"user", "job"}}},
-                           {.priority = k == 0 ? laneq::Priority::critical : laneq::Priority::low,
-                            .client = "tenant-" + std::to_string(k % 3)},
-                           [](std::error_code, laneq::Response) {});
+    try {  // a failed echo must not skip the shutdown below (the loop would never end)
+      for (int i = 0; i < 20; ++i) {
+        tcp::socket s(ex);
+        co_await s.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
+        char out[5] = {'p', 'i', 'n', 'g', char('0' + i % 10)}, in[5];
+        co_await asio::async_write(s, asio::buffer(out), asio::use_awaitable);
+        co_await asio::async_read(s, asio::buffer(in), asio::use_awaitable);
+        if (std::equal(in, in + 5, out)) ++echoes;
+        for (int k = 0; k < 10; ++k) {
+          laneq::Request job{.model = "m", .messages = {{"user", "job"}}};
+          queue.async_submit(std::move(job),
+                             {.priority = k == 0 ? laneq::Priority::critical : laneq::Priority::low,
+                              .client = "tenant-" + std::to_string(k % 3)},
+                             [](std::error_code, laneq::Response) {});
+        }
+      }
+    } catch (const std::system_error& e) {
+      std::printf("echo client failed: %s\n", e.what());
     }
     co_await queue.shutdown({.drain = true});
     stop = true;
@@ -88,8 +99,11 @@ int main() {
   for (auto& t : threads) t.join();
 
   const auto m = queue.metrics();
-  std::printf("application work alongside laneq: %d heartbeats, %d/20 echoes\n",
-              heartbeats.load(), echoes.load());
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t0).count();
+  std::printf("application work alongside laneq: %d heartbeats in %lld ms (one per 10 ms "
+              "expected), %d/20 echoes\n",
+              heartbeats.load(), static_cast<long long>(ms), echoes.load());
   std::printf("laneq: %llu requests succeeded on a 4-thread io_context\n\n",
               static_cast<unsigned long long>(m.total.succeeded));
   print_lane_table(m);
