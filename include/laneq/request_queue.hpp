@@ -77,7 +77,10 @@ struct QueueConfig {
   std::map<std::string, RateLimits> model_rate_limits{};
   RetryPolicy retry{};
   PromptEstimator prompt_estimator{};        // default: estimate_prompt_tokens (~4 bytes/token)
-  std::int64_t default_max_tokens = 4096;    // reserved when Request::max_tokens is 0, >= 0
+  // Reserved when Request::max_tokens is 0, >= 0: what the provider sends then (Anthropic's
+  // AnthropicConfig::default_max_tokens, 4096 too); a different value is reconciled only when
+  // the call reports its usage.
+  std::int64_t default_max_tokens = 4096;
   // Jitter source for retry back-off, uniform in [0, 1); default: a seeded mt19937_64. Values
   // outside are clamped; if it throws (or gives NaN), the default stands in for that draw.
   std::function<double()> random{};

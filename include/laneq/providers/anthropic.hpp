@@ -5,6 +5,7 @@
 #include <string>
 
 #include "laneq/provider.hpp"
+#include "laneq/providers/anthropic_format.hpp"
 #include "laneq/transport.hpp"
 
 namespace laneq {
@@ -13,7 +14,9 @@ struct AnthropicConfig {
   std::string api_key{};        // "" = $ANTHROPIC_API_KEY
   std::string base_url{};       // "" = $ANTHROPIC_BASE_URL, else https://api.anthropic.com
   std::string version = "2023-06-01";
-  std::int32_t default_max_tokens = 4096;  // Anthropic requires max_tokens; used when 0
+  // Anthropic requires max_tokens: sent when Request::max_tokens is 0. Keep it equal to
+  // QueueConfig::default_max_tokens, which the limiter reserves for such a request.
+  std::int32_t default_max_tokens = anthropic::default_max_tokens;
   Headers extra_headers{};      // e.g. anthropic-beta
 };
 
