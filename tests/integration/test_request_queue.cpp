@@ -40,6 +40,25 @@ namespace {
 
 auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
 
+// A future's value, or a test failure after 30 s (a regression fails instead of hanging).
+template <class Future>
+auto get_within(Future&& f) {
+  REQUIRE(f.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  return f.get();
+}
+
+// io.run() on a thread of its own, stopped and joined however the test leaves its scope (a
+// failed REQUIRE included: a joinable std::thread would call std::terminate).
+struct LoopThread {
+  asio::io_context& io;
+  std::thread t{[this] { io.run(); }};
+  ~LoopThread() {
+    if (!t.joinable()) return;
+    io.stop();
+    t.join();
+  }
+};
+
 }  // namespace
 
 TEST_CASE("submit resolves with the provider's response and queue timing", "[queue]") {
@@ -66,7 +85,7 @@ TEST_CASE("async_submit works with a callback, deferred, use_future, as_tuple an
   laneq::SimulatedProvider provider;
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
   queue.start();
-  std::thread loop([&] { io.run(); });  // returns once the queue has shut down
+  LoopThread loop{io};  // its run() returns once the queue has shut down
 
   // plain callbacks (checked on this thread: Catch2 assertions are not thread-safe)
   std::promise<std::pair<std::error_code, int>> cb_ok, cb_bad;
@@ -76,10 +95,10 @@ TEST_CASE("async_submit works with a callback, deferred, use_future, as_tuple an
   queue.async_submit(chat(), {.priority = Priority{3}}, [&](std::error_code ec, laneq::Response r) {
     cb_bad.set_value({ec, r.status});
   });
-  const auto ok = cb_ok.get_future().get();
+  const auto ok = get_within(cb_ok.get_future());
   CHECK_FALSE(ok.first);
   CHECK(ok.second == 200);
-  CHECK(cb_bad.get_future().get().first == errc::unknown_lane);
+  CHECK(get_within(cb_bad.get_future()).first == errc::unknown_lane);
 
   // deferred: nothing happens until the operation is launched, here with a callback
   std::promise<std::pair<std::error_code, int>> deferred_done;
@@ -88,18 +107,18 @@ TEST_CASE("async_submit works with a callback, deferred, use_future, as_tuple an
   std::move(op)([&](std::error_code ec, laneq::Response r) {
     deferred_done.set_value({ec, r.status});
   });
-  const auto deferred_result = deferred_done.get_future().get();
+  const auto deferred_result = get_within(deferred_done.get_future());
   CHECK_FALSE(deferred_result.first);
   CHECK(deferred_result.second == 200);
   CHECK(kept.messages.at(0).content == "deferred");
 
   // use_future
   std::future<laneq::Response> f = queue.async_submit(chat(), {}, asio::use_future);
-  CHECK(f.get().status == 200);
+  CHECK(get_within(f).status == 200);
   std::future<laneq::Response> bad =
       queue.async_submit(chat(), {.priority = Priority{42}}, asio::use_future);
   try {
-    bad.get();
+    get_within(bad);
     FAIL("expected unknown_lane");
   } catch (const std::system_error& e) {
     CHECK(e.code() == errc::unknown_lane);
@@ -122,8 +141,8 @@ TEST_CASE("async_submit works with a callback, deferred, use_future, as_tuple an
     }
     co_await queue.shutdown();
   }, asio::use_future);
-  coro.get();
-  loop.join();
+  get_within(coro);
+  loop.t.join();
   CHECK_FALSE(tuple_ok);
   CHECK(tuple_bad == errc::unknown_lane);
   CHECK(awaited_status == 200);
