@@ -175,21 +175,16 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   // deadline
   if (a.deadline) {
     heap_push(slot, *a.deadline);
-  } else if (lane.spec.timeout.count() > 0 && lane.dl_tail != npos &&
-             nodes_[lane.dl_tail].seq > n.seq) {
-    // A requeue behind newer items: its deadline goes to the heap, O(log n), rather than walk
-    // the lane's list to its place.
-    heap_push(slot, n.enqueued_at + lane.spec.timeout);
   } else if (lane.spec.timeout.count() > 0) {
-    n.deadline_kind = lane_deadline;
-    insert_by_seq<&Node::dl_prev, &Node::dl_next>(slot, lane.dl_head, lane.dl_tail);
-    // The list is in seq order, which is deadline order only while enqueued_at grows with seq.
-    // An item admitted earlier than its push (a durable request pushed once its journal row is
-    // committed; clocks read on several threads) may break that: its deadline goes to the heap.
-    const bool after_prev = n.dl_prev == npos || nodes_[n.dl_prev].enqueued_at <= n.enqueued_at;
-    const bool before_next = n.dl_next == npos || n.enqueued_at <= nodes_[n.dl_next].enqueued_at;
-    if (!after_prev || !before_next) {
-      dl_list_erase(slot);
+    // The list keeps lane-default deadlines in deadline order by appending only. An item that
+    // does not append in order has its deadline in the heap, O(log n), instead of a walk to its
+    // place: a requeue behind newer items, or one pushed later than its enqueued_at (a durable
+    // request pushed once its journal row is committed; clocks read on several threads).
+    const std::uint32_t t = lane.dl_tail;
+    if (t == npos || (nodes_[t].seq < n.seq && nodes_[t].enqueued_at <= n.enqueued_at)) {
+      n.deadline_kind = lane_deadline;
+      insert_by_seq<&Node::dl_prev, &Node::dl_next>(slot, lane.dl_head, lane.dl_tail);  // appends
+    } else {
       heap_push(slot, n.enqueued_at + lane.spec.timeout);
     }
   } else {
