@@ -322,11 +322,8 @@ struct guarded_delta {
     g->delivered = true;
     try {
       g->user(delta);
-    } catch (const std::exception& e) {
-      g->threw = true, g->thrown = e.what(), g->open = false;
-      throw;
     } catch (...) {
-      g->threw = true, g->thrown = detail::not_a_std_exception, g->open = false;
+      g->threw = true, g->thrown = detail::current_what(), g->open = false;
       throw;
     }
   }

@@ -41,7 +41,7 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
   static constexpr std::size_t max_whole_body = std::size_t{64} << 20;
   struct stream_state {
     enum class kind : unsigned char { unknown, events, whole } body = kind::unknown;
-    std::string whole;  // the body of kind::whole, up to the parser's limit
+    std::string whole;  // the body of kind::whole, up to max_whole_body
     bool whole_too_large = false;
     std::optional<std::string> delta_threw;  // what Request::on_delta threw, which ended it
     SseParser parser;
@@ -81,11 +81,8 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
         stream->parser.feed(chunk, [&](const SseEvent& e) { stream->acc.on_event(e); });
       } catch (const std::bad_alloc&) {
         throw;
-      } catch (const std::exception& e) {  // (else only the caller's on_delta throws here)
-        stream->delta_threw = e.what();
-        throw;
-      } catch (...) {
-        stream->delta_threw = std::string(not_a_std_exception);
+      } catch (...) {  // (else only the caller's on_delta throws here)
+        stream->delta_threw = current_what();
         throw;
       }
     };
@@ -130,11 +127,8 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
         if (whole && !e) {  // the caller's on_delta sees the text as one delta, as if streamed
           try {
             stream->acc.deliver_whole(r.text);
-          } catch (const std::exception& x) {
-            r = delta_threw(std::move(r), x.what());
-            e = make_error_code(errc::internal);
           } catch (...) {
-            r = delta_threw(std::move(r), not_a_std_exception);
+            r = delta_threw(std::move(r), current_what());
             e = make_error_code(errc::internal);
           }
         }
