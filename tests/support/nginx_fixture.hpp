@@ -64,7 +64,6 @@ class NginxFixture {
 
  private:
   void start(const std::string& body) {
-    namespace fs = std::filesystem;
     const std::string cert = (dir_ / "cert.pem").string(), key = (dir_ / "key.pem").string();
     const std::string gen = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost"
                             " -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout '" +
