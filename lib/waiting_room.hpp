@@ -55,7 +55,7 @@ class waiting_room {
   // The waiter room goes to next: the lowest rank(lane, op) over the oldest waiters of the
   // lanes in `lanes` (a bit per lane); nullptr when none waits there. O(lanes).
   template <class Rank>
-  submit_op_base* best(Rank rank, std::uint64_t lanes = ~std::uint64_t{0}) const {
+  submit_op_base* best(Rank rank, std::uint64_t lanes) const {
     submit_op_base* pick = nullptr;
     std::int64_t pick_rank = 0;
     for (std::size_t lane = 0; lane < lanes_.size(); ++lane) {
