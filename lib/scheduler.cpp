@@ -11,14 +11,16 @@ namespace laneq {
 
 namespace {
 constexpr std::uint8_t no_deadline = 0, lane_deadline = 1, explicit_deadline = 2;
+constexpr std::uint8_t in_lane_heap = 1, in_client_heap = 2;  // Node::behind
 constexpr std::size_t idle_client_sweep = 4096;  // idle clients kept before a sweep
 // A turn's grant is capped far above any cost (costs are 32-bit): quantum x weight, both 32-bit,
 // could overflow a signed 64-bit deficit otherwise; no realistic configuration reaches the cap.
 constexpr std::uint64_t max_grant = std::uint64_t{1} << 40;
 
-// The two heaps' orders: explicit deadlines; clients by the (round, ring_seq) of their turn,
-// rounds compared as serial numbers.
+// The heaps' orders: explicit deadlines; requeued items by seq; clients by the (round,
+// ring_seq) of their turn, rounds compared as serial numbers.
 constexpr auto deadline_before = [](const auto& a, const auto& b) { return a.deadline < b.deadline; };
+constexpr auto seq_before = [](const auto& a, const auto& b) { return a.seq < b.seq; };
 constexpr auto turn_before = [](const auto& a, const auto& b) {
   return a.round != b.round ? static_cast<std::int64_t>(a.round - b.round) < 0 : a.seq < b.seq;
 };
@@ -95,35 +97,65 @@ void Scheduler::collect_idle_clients() {
   idle_clients_ = 0;
 }
 
-// The first item of a list newer than `seq`, which the tail is: looked for from both ends at
-// once. Out of line: only a requeue needs it, and push() stays small.
 template <std::uint32_t Scheduler::Node::*prev, std::uint32_t Scheduler::Node::*next>
-[[gnu::noinline, gnu::cold]] std::uint32_t Scheduler::first_newer(std::uint64_t seq, std::uint32_t head,
-                                                                  std::uint32_t tail) const {
-  for (std::uint32_t f = head, b = tail;;) {  // nodes_[b].seq > seq all along
-    if (nodes_[f].seq > seq) return f;
-    const std::uint32_t p = nodes_[b].*prev;
-    if (p == npos || nodes_[p].seq < seq) return b;
-    f = nodes_[f].*next;
-    b = p;
+void Scheduler::append(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail) {
+  nodes_[slot].*prev = tail;
+  nodes_[slot].*next = npos;
+  (tail == npos ? head : nodes_[tail].*next) = slot;
+  tail = slot;
+}
+
+// --- requeued items behind newer ones: a min-heap on seq beside each list, so a requeue is
+// O(log n), not a walk to its place (under DRR a light client's retry may be newer than one
+// heavy client's backlog and older than another's). A node's position lives in the prev link
+// of the list it stays out of. ---
+
+void Scheduler::push_behind_client(std::size_t l, std::uint32_t c, std::uint32_t slot) {
+  ClientLane& q = clients_[c].lanes[l];
+  if (q.behind == npos) {
+    if (free_behind_heaps_.empty()) {
+      q.behind = static_cast<std::uint32_t>(behind_heaps_.size());
+      behind_heaps_.emplace_back();
+    } else {
+      q.behind = free_behind_heaps_.back();
+      free_behind_heaps_.pop_back();
+    }
+  }
+  nodes_[slot].behind |= in_client_heap;
+  detail::heap_push(behind_heaps_[q.behind], SeqEntry{nodes_[slot].seq, slot}, seq_before,
+                    [this, h = q.behind](std::size_t p, const SeqEntry& e) {
+                      behind_heaps_[h][p] = e;
+                      nodes_[e.slot].cl_prev = static_cast<std::uint32_t>(p);
+                    });
+}
+
+void Scheduler::erase_behind_client(ClientLane& q, std::uint32_t slot) {
+  std::vector<SeqEntry>& h = behind_heaps_[q.behind];
+  detail::heap_erase(h, nodes_[slot].cl_prev, seq_before, [&](std::size_t p, const SeqEntry& e) {
+    h[p] = e;
+    nodes_[e.slot].cl_prev = static_cast<std::uint32_t>(p);
+  });
+  if (h.empty()) {  // given back: a client-lane holds a heap only while it has requeued items
+    free_behind_heaps_.push_back(q.behind);
+    q.behind = npos;
   }
 }
 
-// The list's links are template arguments: three lists per push, each with direct offsets.
-template <std::uint32_t Scheduler::Node::*prev, std::uint32_t Scheduler::Node::*next>
-void Scheduler::insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail) {
-  // A new item is the newest: append. A requeued one goes back to its place, looked for from
-  // both ends at once: O(min(older, newer)). From the head alone was O(older): under DRR a
-  // light client's retry may be newer than a heavy client's whole backlog.
-  const std::uint64_t seq = nodes_[slot].seq;
-  std::uint32_t before = npos;
-  if (tail != npos && nodes_[tail].seq > seq) [[unlikely]]
-    before = first_newer<prev, next>(seq, head, tail);
-  const std::uint32_t after = before == npos ? tail : nodes_[before].*prev;
-  nodes_[slot].*prev = after;
-  nodes_[slot].*next = before;
-  (after == npos ? head : nodes_[after].*next) = slot;
-  (before == npos ? tail : nodes_[before].*prev) = slot;
+void Scheduler::push_behind_lane(std::size_t l, std::uint32_t slot) {
+  nodes_[slot].behind |= in_lane_heap;
+  detail::heap_push(lanes_[l].behind, SeqEntry{nodes_[slot].seq, slot}, seq_before,
+                    [this, l](std::size_t p, const SeqEntry& e) {
+                      lanes_[l].behind[p] = e;
+                      nodes_[e.slot].lane_prev = static_cast<std::uint32_t>(p);
+                    });
+}
+
+void Scheduler::erase_behind_lane(Lane& lane, std::uint32_t slot) {
+  detail::heap_erase(lane.behind, nodes_[slot].lane_prev, seq_before,
+                     [&](std::size_t p, const SeqEntry& e) {
+                       lane.behind[p] = e;
+                       nodes_[e.slot].lane_prev = static_cast<std::uint32_t>(p);
+                     });
 }
 
 Scheduler::PushResult Scheduler::push(const PushArgs& a) {
@@ -154,21 +186,36 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   n.client = c;
   n.cost = std::max<std::uint32_t>(1, a.cost);
   n.lane = static_cast<std::uint16_t>(a.lane);
+  n.behind = 0;
 
   // lane list in seq order, only for aging (a lane's oldest item): a new item appends; a
-  // requeued one (a.seq) goes back to its place
-  if (aging_mask_ != 0) insert_by_seq<&Node::lane_prev, &Node::lane_next>(slot, lane.head, lane.tail);
+  // requeued one (a.seq) behind newer ones goes to the lane's heap
+  if (aging_mask_ != 0) {
+    if (lane.tail == npos || nodes_[lane.tail].seq < n.seq) [[likely]]
+      append<&Node::lane_prev, &Node::lane_next>(slot, lane.head, lane.tail);
+    else
+      push_behind_lane(a.lane, slot);
+  }
   ++lane.count;
   nonempty_ |= std::uint64_t{1} << a.lane;
 
   // client-in-lane FIFO; a newly active client joins the round under way, at its end
   ClientLane& q = cl->lanes[a.lane];
-  const std::uint32_t old_head = q.head;
-  insert_by_seq<&Node::cl_prev, &Node::cl_next>(slot, q.head, q.tail);
-  if (q.count++ == 0) {
+  if (q.count == 0) {
+    append<&Node::cl_prev, &Node::cl_next>(slot, q.head, q.tail);
+    q.count = 1;
     drr_join(a.lane, c);
-  } else if (q.head != old_head) {  // a requeue back in front of its client's queue
-    drr_head_changed(a.lane, c);
+  } else if (q.behind == npos && nodes_[q.tail].seq < n.seq) [[likely]] {
+    append<&Node::cl_prev, &Node::cl_next>(slot, q.head, q.tail);  // the head stays
+    ++q.count;
+  } else {  // a requeue, or a client with requeued items: the head may change
+    const std::uint32_t old_head = head_of(q);
+    if (q.tail == npos || nodes_[q.tail].seq < n.seq)
+      append<&Node::cl_prev, &Node::cl_next>(slot, q.head, q.tail);
+    else
+      push_behind_client(a.lane, c, slot);
+    ++q.count;
+    if (head_of(q) != old_head) drr_head_changed(a.lane, c);  // back in front of its client
   }
   ++cl->pending;
 
@@ -183,7 +230,7 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
     const std::uint32_t t = lane.dl_tail;
     if (t == npos || (nodes_[t].seq < n.seq && nodes_[t].enqueued_at <= n.enqueued_at)) {
       n.deadline_kind = lane_deadline;
-      insert_by_seq<&Node::dl_prev, &Node::dl_next>(slot, lane.dl_head, lane.dl_tail);  // appends
+      append<&Node::dl_prev, &Node::dl_next>(slot, lane.dl_head, lane.dl_tail);
     } else {
       heap_push(slot, n.enqueued_at + lane.spec.timeout);
     }
@@ -202,16 +249,24 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
   if (n.deadline_kind != no_deadline) item.deadline = deadline_of(slot);
 
   if (aging_mask_ != 0) {
-    if (n.lane_prev != npos) nodes_[n.lane_prev].lane_next = n.lane_next; else lane.head = n.lane_next;
-    if (n.lane_next != npos) nodes_[n.lane_next].lane_prev = n.lane_prev; else lane.tail = n.lane_prev;
+    if (n.behind & in_lane_heap) [[unlikely]] {
+      erase_behind_lane(lane, slot);
+    } else {
+      if (n.lane_prev != npos) nodes_[n.lane_prev].lane_next = n.lane_next; else lane.head = n.lane_next;
+      if (n.lane_next != npos) nodes_[n.lane_next].lane_prev = n.lane_prev; else lane.tail = n.lane_prev;
+    }
   }
   if (--lane.count == 0) nonempty_ &= ~(std::uint64_t{1} << n.lane);
 
   Client& cl = clients_[n.client];
   ClientLane& q = cl.lanes[n.lane];
-  const bool was_head = q.head == slot;
-  if (n.cl_prev != npos) nodes_[n.cl_prev].cl_next = n.cl_next; else q.head = n.cl_next;
-  if (n.cl_next != npos) nodes_[n.cl_next].cl_prev = n.cl_prev; else q.tail = n.cl_prev;
+  const bool was_head = head_of(q) == slot;
+  if (n.behind & in_client_heap) [[unlikely]] {
+    erase_behind_client(q, slot);
+  } else {
+    if (n.cl_prev != npos) nodes_[n.cl_prev].cl_next = n.cl_next; else q.head = n.cl_next;
+    if (n.cl_next != npos) nodes_[n.cl_next].cl_prev = n.cl_prev; else q.tail = n.cl_prev;
+  }
   if (--q.count == 0) {
     drr_leave(n.lane, n.client);
   } else if (was_head) {
@@ -318,7 +373,7 @@ void Scheduler::drr_head_changed(std::size_t l, std::uint32_t c) {
 // case: one turn pays).
 std::int64_t Scheduler::drr_turns_to_pay(std::uint32_t c, const ClientLane& q) const noexcept {
   const std::int64_t g = grant(c);
-  const std::int64_t need = std::int64_t{nodes_[q.head].cost} - q.deficit;
+  const std::int64_t need = std::int64_t{nodes_[head_of(q)].cost} - q.deficit;
   return need <= g ? 1 : (need + g - 1) / g;
 }
 
@@ -410,7 +465,7 @@ std::uint32_t Scheduler::drr_next_client(std::size_t l) const noexcept {
   };
   if (lane.current != npos) {
     const ClientLane& q = clients_[lane.current].lanes[l];
-    if (nodes_[q.head].cost <= q.deficit) return lane.current;
+    if (nodes_[head_of(q)].cost <= q.deficit) return lane.current;
   }
   // The usual case: the next in this round (a current client that cannot pay pays later).
   if (const std::uint32_t c = lane.lists[static_cast<std::size_t>(lane.round & 1)].head;
@@ -434,9 +489,9 @@ std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
   Lane& lane = lanes_[l];
   if (const std::uint32_t c = lane.current; c != npos) {
     ClientLane& q = clients_[c].lanes[l];
-    if (nodes_[q.head].cost <= q.deficit) {  // its turn goes on
-      q.deficit -= nodes_[q.head].cost;
-      return q.head;
+    if (const std::uint32_t head = head_of(q); nodes_[head].cost <= q.deficit) {  // its turn goes on
+      q.deficit -= nodes_[head].cost;
+      return head;
     }
     lane.current = npos;  // its turn is over; the round goes on after its place
     q.place = Place::none;
@@ -465,9 +520,10 @@ std::uint32_t Scheduler::pop_round_robin(std::size_t l) {
   lane.current_seq = q.ring_seq;
   q.place = Place::current;
   // (at - q.round - 1) x grant < cost <= 2^32: no overflow
-  q.deficit += static_cast<std::int64_t>(at - q.round) * grant(c) - nodes_[q.head].cost;
+  const std::uint32_t head = head_of(q);
+  q.deficit += static_cast<std::int64_t>(at - q.round) * grant(c) - nodes_[head].cost;
   q.round = at;
-  return q.head;
+  return head;
 }
 
 // --- the heap of clients that can pay only in a later round, min on (round, ring_seq); a
@@ -485,14 +541,14 @@ std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_
   const std::size_t natural = best;  // the best lane without aging
   if ((avail & aging_mask_) != 0) {
     // effective rank = rank - waited / age_step of the lane's oldest item; ties -> older wins
-    auto eff = [&](std::size_t r) { return effective_rank(r, nodes_[lanes_[r].head].enqueued_at, now); };
+    auto eff = [&](std::size_t r) { return effective_rank(r, nodes_[head_of(lanes_[r])].enqueued_at, now); };
     std::int64_t best_eff = eff(best);
     for (std::uint64_t rest = avail & (avail - 1); rest != 0; rest &= rest - 1) {
       const auto r = static_cast<std::size_t>(std::countr_zero(rest));
       if ((aging_mask_ >> r & 1) == 0) continue;
       const std::int64_t e = eff(r);
       if (e < best_eff ||
-          (e == best_eff && nodes_[lanes_[r].head].seq < nodes_[lanes_[best].head].seq)) {
+          (e == best_eff && nodes_[head_of(lanes_[r])].seq < nodes_[head_of(lanes_[best])].seq)) {
         best = r;
         best_eff = e;
       }
@@ -500,7 +556,7 @@ std::optional<Scheduler::Item> Scheduler::pop_masked(TimePoint now, std::uint64_
   }
   // Promoted past a better lane: its oldest request, the one that earned it. The lane served
   // anyway keeps its clients' turns, however long its requests have waited.
-  const std::uint32_t slot = best != natural ? lanes_[best].head : pop_round_robin(best);
+  const std::uint32_t slot = best != natural ? head_of(lanes_[best]) : pop_round_robin(best);
   return unlink(slot);
 }
 
@@ -509,7 +565,7 @@ std::optional<Scheduler::Item> Scheduler::pop(TimePoint now) { return pop_masked
 std::uint64_t Scheduler::next_payload_hint() const noexcept {
   if (nonempty_ == 0) return 0;
   const auto l = static_cast<std::size_t>(std::countr_zero(nonempty_));
-  return nodes_[clients_[drr_next_client(l)].lanes[l].head].payload;
+  return nodes_[head_of(clients_[drr_next_client(l)].lanes[l])].payload;
 }
 
 std::optional<Scheduler::Item> Scheduler::pop_reserved(TimePoint now) {

@@ -19,18 +19,19 @@
 // cost a walk past every item pushed meanwhile, per such push.
 //
 // Complexity (n = queued requests, c = clients, L = lanes, L <= 64):
-//   push            O(1) amortized (+ O(log n) when the item has an explicit deadline, or a
-//                   lane-default one out of arrival order, see below);
-//                   a requeue (PushArgs::seq) looks for its place among its client's items
-//                   in the lane from both ends, O(min(older, newer) of them), and, when a lane
-//                   ages, among the lane's items too, O(min(older, newer) of those); its
-//                   lane-default deadline goes to the heap (O(log n)) when newer items exist
+//   push            O(1) amortized (+ O(log n) when the item has an explicit deadline, or when
+//                   it does not come last by seq, see below);
+//                   a requeue (PushArgs::seq) behind newer items is not walked to its place:
+//                   it waits in a min-heap on seq beside its client's list in the lane (and
+//                   beside its lane's list, when a lane ages), its lane-default deadline in
+//                   the deadline heap, O(log n) each; a list's head is the older of its first
+//                   item and its heap's top, O(1)
 //   pop             O(L) when every client can pay for its head at its next turn (costs <=
 //                   quantum*weight); otherwise O(L + log c): a client that needs several turns
 //                   to pay waits in a heap keyed by the round in which it can, so rounds in
 //                   which it could not are never walked through
-//   remove(id)      O(1) (+ O(log n) for heap-held deadlines, + O(log c) when it changes the
-//                   head of a client that waits in the heap)
+//   remove(id)      O(1) (+ O(log n) for heap-held deadlines and requeued items, + O(log c)
+//                   when it changes the head of a client that waits in the heap)
 //   pop_expired     O(L + log n) per expired item; next_deadline O(L)
 //   next_payload_hint  O(1) (what pop returns next, aging aside)
 //   pop and remove are amortized: every 4096 idle clients (no request queued), one O(c) sweep
@@ -169,15 +170,21 @@ class Scheduler {
     std::uint32_t gen = 1;
     std::uint32_t client = npos;          // npos = free slot
     std::uint32_t cost;
-    std::uint32_t lane_prev, lane_next;   // lane list, seq order
-    std::uint32_t cl_prev, cl_next;       // client-in-lane FIFO
-    std::uint32_t dl_prev, dl_next;       // lane-default deadline list (or heap_pos in dl_prev)
+    std::uint32_t lane_prev, lane_next;   // lane list, seq order (or heap pos in lane_prev)
+    std::uint32_t cl_prev, cl_next;       // client-in-lane FIFO (or heap pos in cl_prev)
+    std::uint32_t dl_prev, dl_next;       // lane-default deadline list (or heap pos in dl_prev)
     std::uint16_t lane;
     std::uint8_t deadline_kind;           // 0 none, 1 lane default (list), 2 explicit (heap)
+    std::uint8_t behind = 0;              // bits: in_lane_heap, in_client_heap (requeued behind
+                                          // newer items: in a heap by seq, not in the list)
   };
   static_assert(sizeof(Node) == 64);
   struct HeapEntry {
     TimePoint deadline;
+    std::uint32_t slot;
+  };
+  struct SeqEntry {  // a requeued item behind newer ones: min-heap on seq
+    std::uint64_t seq;
     std::uint32_t slot;
   };
   // Rounds count up for ever, modulo 2^64: compared by their difference (a serial number, as
@@ -191,8 +198,9 @@ class Scheduler {
   // becomes `now` without touching its clients.
   enum class Place : std::uint8_t { none, current, list0, list1, heap };
   struct ClientLane {
-    std::uint32_t head = npos, tail = npos;
-    std::uint32_t count = 0;
+    std::uint32_t head = npos, tail = npos;  // the list: items pushed in seq order
+    std::uint32_t behind = npos;             // requeued behind newer: index in behind_heaps_
+    std::uint32_t count = 0;                 // list + heap
     Place place = Place::none;
     std::uint32_t prev = npos, next = npos;  // in `now` / `next`; heap position in `prev`
     std::uint64_t ring_seq = 0;              // when it became active: its place in a round
@@ -216,7 +224,8 @@ class Scheduler {
   };
   struct Lane {
     SchedulerLane spec;
-    std::uint32_t head = npos, tail = npos;        // all items, seq order (only when a lane ages)
+    std::uint32_t head = npos, tail = npos;        // all items, seq order (only when a lane ages),
+    std::vector<SeqEntry> behind{};                // but those requeued behind newer ones
     std::uint32_t dl_head = npos, dl_tail = npos;  // lane-default deadline items
     std::size_t count = 0;
     // DRR: round `round` is under way; `current` is having its turn (npos: between turns),
@@ -254,9 +263,22 @@ class Scheduler {
   std::uint32_t client_for(std::string_view name);
   Item unlink(std::uint32_t slot);
   template <std::uint32_t Node::*prev, std::uint32_t Node::*next>
-  void insert_by_seq(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail);
-  template <std::uint32_t Node::*prev, std::uint32_t Node::*next>
-  std::uint32_t first_newer(std::uint64_t seq, std::uint32_t head, std::uint32_t tail) const;
+  void append(std::uint32_t slot, std::uint32_t& head, std::uint32_t& tail);
+  // Requeued behind newer items (see Node::behind): the client's and the lane's heaps.
+  [[gnu::noinline]] void push_behind_client(std::size_t lane, std::uint32_t client, std::uint32_t slot);
+  [[gnu::noinline]] void push_behind_lane(std::size_t lane, std::uint32_t slot);
+  void erase_behind_client(ClientLane& q, std::uint32_t slot);
+  void erase_behind_lane(Lane& lane, std::uint32_t slot);
+  // The oldest of a list (its head) and its heap of requeued items.
+  std::uint32_t oldest(std::uint32_t head, const std::vector<SeqEntry>* behind) const noexcept {
+    if (behind == nullptr || behind->empty()) [[likely]] return head;
+    const SeqEntry& top = behind->front();
+    return head == npos || top.seq < nodes_[head].seq ? top.slot : head;
+  }
+  std::uint32_t head_of(const ClientLane& q) const noexcept {
+    return oldest(q.head, q.behind == npos ? nullptr : &behind_heaps_[q.behind]);
+  }
+  std::uint32_t head_of(const Lane& lane) const noexcept { return oldest(lane.head, &lane.behind); }
   TimePoint deadline_of(std::uint32_t slot) const noexcept;  // max() when it has none
   void heap_set(std::size_t pos, HeapEntry e);  // heap_[pos] = e, pos kept in its node's dl_prev
   void heap_erase(std::size_t pos);
@@ -273,6 +295,8 @@ class Scheduler {
   std::vector<Node> nodes_;
   std::uint32_t free_head_ = npos;         // free nodes, linked through lane_next
   std::vector<HeapEntry> heap_;            // explicit-deadline items, min-heap
+  std::vector<std::vector<SeqEntry>> behind_heaps_;  // client-lanes' requeued items (ClientLane::behind)
+  std::vector<std::uint32_t> free_behind_heaps_;
   std::vector<Client> clients_;
   std::vector<std::uint32_t> free_clients_;
   using NameMap =

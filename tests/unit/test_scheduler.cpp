@@ -53,6 +53,39 @@ struct Fixture {
   }
 };
 
+// Two backlogs of other clients in `lane`, one older and one newer than a light client's
+// request, which is taken, then put back (a retry) and removed (a cancel) 10,000 times: each
+// put-back must cost no walk through the backlogs. Returns the light one, taken.
+constexpr int backlog = 100'000;
+Scheduler::Item retry_between_backlogs(Scheduler& s, std::size_t lane) {
+  std::uint64_t payload = 1;
+  const auto push_many = [&](const char* client) {
+    for (int i = 0; i < backlog; ++i)
+      REQUIRE(s.push({.lane = lane, .client = client, .payload = payload++, .enqueued_at = t0})
+                  .status == Scheduler::PushStatus::ok);
+  };
+  push_many("older");
+  const std::uint64_t light = payload++;
+  REQUIRE(s.push({.lane = lane, .client = "light", .payload = light, .enqueued_at = t0}).status ==
+          Scheduler::PushStatus::ok);
+  push_many("newer");
+  REQUIRE(s.pop(t0)->payload == 1);
+  const auto item = s.pop(t0);
+  REQUIRE(item->payload == light);
+  int refused = 0, lost = 0;
+  const auto t = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10'000; ++i) {
+    const auto r = s.push({.lane = lane, .client = "light", .payload = light,
+                           .enqueued_at = item->enqueued_at, .seq = item->seq});
+    refused += r.status != Scheduler::PushStatus::ok;
+    lost += !s.remove(r.id);
+  }
+  CHECK(std::chrono::steady_clock::now() - t < 1s);
+  CHECK(refused == 0);
+  CHECK(lost == 0);
+  return *item;
+}
+
 }  // namespace
 
 TEST_CASE("strict priority: a lower priority value is always served first", "[scheduler]") {
@@ -444,33 +477,8 @@ TEST_CASE("a retry with long backlogs of other clients both older and newer than
           "through them (lanes without aging)",
           "[scheduler][complexity]") {
   Scheduler s(SchedulerConfig{.lanes = {{.priority = 5, .timeout = 3600s}}});
-  constexpr int backlog = 100'000;
-  std::uint64_t payload = 1;
-  const auto push_many = [&](const char* client) {
-    for (int i = 0; i < backlog; ++i)
-      REQUIRE(s.push({.lane = 0, .client = client, .payload = payload++, .enqueued_at = t0}).status ==
-              Scheduler::PushStatus::ok);
-  };
-  push_many("older");
-  const std::uint64_t light = payload++;
-  REQUIRE(s.push({.lane = 0, .client = "light", .payload = light, .enqueued_at = t0}).status ==
-          Scheduler::PushStatus::ok);
-  push_many("newer");
-  REQUIRE(s.pop(t0)->payload == 1);
-  const auto item = s.pop(t0);
-  REQUIRE(item->payload == light);
-  int refused = 0, lost = 0;
-  const auto t = std::chrono::steady_clock::now();
-  for (int i = 0; i < 10'000; ++i) {  // back in, and out again (as a cancel would)
-    const auto r = s.push({.lane = 0, .client = "light", .payload = light,
-                           .enqueued_at = item->enqueued_at, .seq = item->seq});
-    refused += r.status != Scheduler::PushStatus::ok;
-    lost += !s.remove(r.id);
-  }
-  // the lane-default deadline list was walked to the retry's place: 10^4 x 10^5 node visits
-  CHECK(std::chrono::steady_clock::now() - t < 1s);
-  CHECK(refused == 0);
-  CHECK(lost == 0);
+  // (the lane-default deadline list was walked to the retry's place: 10^4 x 10^5 node visits)
+  retry_between_backlogs(s, 0);
   CHECK(s.size() == 2 * backlog - 1);
 }
 
@@ -504,7 +512,6 @@ TEST_CASE("a retry goes back to its place without walking an older backlog of ot
   // lane's head: found from the head, each requeue of the light one walked the whole backlog
   // (twice: the lane list and, with a lane timeout, the deadline list).
   Scheduler s(SchedulerConfig{.lanes = {{.priority = 5, .timeout = 3600s}}});
-  constexpr int backlog = 100'000;
   std::uint64_t payload = 1;
   for (int i = 0; i < backlog; ++i)
     REQUIRE(s.push({.lane = 0, .client = "heavy", .payload = payload++, .enqueued_at = t0})
@@ -552,6 +559,167 @@ TEST_CASE("a retry goes back to its place without walking an older backlog of ot
   CHECK(std::is_sorted(order.begin(), order.end()));
   CHECK(order.front() == 10'002);
   CHECK(order.back() == payload - 1);
+}
+
+TEST_CASE("a retry in an aging lane costs no walk through the lane's older and newer backlogs",
+          "[scheduler][complexity]") {
+  // With aging, the lane keeps its items in seq order (its oldest ages it). A light client's
+  // retry between two heavy backlogs was walked to its place from both ends: 10^5 node visits
+  // per retry.
+  Scheduler s(SchedulerConfig{.lanes = {{.priority = 1}, {.priority = 5, .age_step = 3600s}}});
+  const Scheduler::Item item = retry_between_backlogs(s, 1);
+  const std::uint64_t light = item.payload;
+  // back in for good, at its place: behind "older"'s backlog, ahead of "newer"'s. Aging
+  // promotes the lane's oldest past lane 0, one at a time, in seq order.
+  REQUIRE(s.push({.lane = 1, .client = "light", .payload = light, .enqueued_at = item.enqueued_at,
+                  .seq = item.seq})
+              .status == Scheduler::PushStatus::ok);
+  std::vector<std::uint64_t> promoted;
+  promoted.reserve(backlog + 1);
+  for (int i = 0; i < backlog + 1; ++i) {
+    const auto critical = s.push({.lane = 0, .client = "x", .payload = 0xc0ffee, .enqueued_at = t0});
+    REQUIRE(critical.status == Scheduler::PushStatus::ok);
+    promoted.push_back(s.pop(t0 + 7200s)->payload);  // ranks tie at 0: the older goes first
+    REQUIRE(s.remove(critical.id));
+  }
+  for (int i = 0; i < backlog - 1; ++i) REQUIRE(promoted[i] == static_cast<std::uint64_t>(i + 2));
+  CHECK(promoted[backlog - 1] == light);
+  CHECK(promoted[backlog] == light + 1);
+}
+
+TEST_CASE("many retries of one client go back in its FIFO order without walking each other",
+          "[scheduler][complexity]") {
+  // A client's retries come back in any order (their backoffs differ). Each went back to its
+  // place by a walk past the client's requeued items older than it: O(retries^2) in all.
+  Scheduler s(SchedulerConfig{.lanes = {{.priority = 5}}});
+  constexpr int queued = 150'000, retried = 60'000;  // the walk from the tail is long too
+  for (std::uint64_t p = 1; p <= queued; ++p)
+    REQUIRE(s.push({.lane = 0, .client = "x", .payload = p, .enqueued_at = t0}).status ==
+            Scheduler::PushStatus::ok);
+  std::vector<Scheduler::Item> out;
+  out.reserve(retried);
+  for (int i = 0; i < retried; ++i) out.push_back(*s.pop(t0));
+  int refused = 0;
+  const auto t = std::chrono::steady_clock::now();
+  for (const auto& item : out)  // oldest first: each is newer than all the others back already
+    refused += s.push({.lane = 0, .client = "x", .payload = item.payload,
+                       .enqueued_at = item.enqueued_at, .seq = item.seq})
+                   .status != Scheduler::PushStatus::ok;
+  CHECK(std::chrono::steady_clock::now() - t < 1s);
+  CHECK(refused == 0);
+  // FIFO as if they had never left, with a newcomer after all of them
+  REQUIRE(s.push({.lane = 0, .client = "x", .payload = queued + 1, .enqueued_at = t0}).status ==
+          Scheduler::PushStatus::ok);
+  for (std::uint64_t want = 1; want <= queued + 1; ++want) {
+    const auto item = s.pop(t0);
+    REQUIRE(item);
+    REQUIRE(item->payload == want);
+  }
+  CHECK(s.empty());
+}
+
+TEST_CASE("property: with aging, requeues, removals and expiry, pop takes the best effective "
+          "lane, a promoted lane's oldest, and FIFO per client",
+          "[scheduler][property]") {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto cfg = five_lanes();
+    cfg.lanes[2].age_step = 30ms;
+    cfg.lanes[3].age_step = 20ms;
+    cfg.lanes[4].age_step = 10ms;
+    cfg.lanes[3].timeout = 200ms;
+    Scheduler s(cfg);
+    struct Ref {
+      std::uint64_t id, seq;  // seq: push order of new items, as the scheduler counts it
+      std::size_t lane;
+      std::string client;
+      TimePoint enqueued_at, deadline;
+      std::optional<TimePoint> explicit_dl;
+    };
+    std::map<std::uint64_t, Ref> live, out;  // by payload: queued; taken (may come back)
+    std::uint64_t next = 1, seq = 1;
+    TimePoint now = t0;
+    int requeues = 0, promoted = 0;
+    const auto check_pop = [&](const Scheduler::Item& item) {
+      const Ref& me = live.at(item.payload);
+      REQUIRE(item.seq == me.seq);
+      // each lane's oldest queued item; pop serves the best effective rank (ties: older)
+      std::map<std::size_t, std::pair<std::uint64_t, std::uint64_t>> oldest;  // seq, payload
+      for (const auto& [p, r] : live) {
+        const auto [it, fresh] = oldest.try_emplace(r.lane, r.seq, p);
+        if (!fresh && r.seq < it->second.first) it->second = {r.seq, p};
+      }
+      const std::size_t natural = oldest.begin()->first;
+      std::size_t best = natural;
+      const auto eff = [&](std::size_t l) {
+        return s.effective_rank(l, live.at(oldest.at(l).second).enqueued_at, now);
+      };
+      for (const auto& [l, o] : oldest)
+        if (eff(l) < eff(best) || (eff(l) == eff(best) && o.first < oldest.at(best).first))
+          best = l;
+      REQUIRE(item.lane == best);
+      if (best != natural) {  // promoted: the lane's oldest, the one that earned it
+        REQUIRE(item.payload == oldest.at(best).second);
+        ++promoted;
+      }
+      for (const auto& [p, r] : live)  // FIFO inside its client and lane
+        if (r.lane == me.lane && r.client == me.client) REQUIRE(r.seq >= me.seq);
+    };
+    for (int step = 0; step < 4000; ++step) {
+      now += std::chrono::milliseconds(rng() % 3);
+      const auto o = rng() % 10;
+      if (o < 4) {
+        const auto l = static_cast<std::size_t>(rng() % 5);
+        std::optional<TimePoint> dl;
+        if (rng() % 5 == 0) dl = now + std::chrono::milliseconds(rng() % 300);
+        Ref r{0, seq++, l, "c" + std::to_string(rng() % 4), now,
+              dl ? *dl : (l == 3 ? now + 200ms : TimePoint::max()), dl};
+        const auto res = s.push({.lane = l, .client = r.client, .payload = next,
+                                 .enqueued_at = now, .deadline = dl});
+        REQUIRE(res.status == Scheduler::PushStatus::ok);
+        r.id = res.id;
+        live[next++] = r;
+      } else if (o < 7) {
+        const auto item = s.pop(now);
+        REQUIRE(item.has_value() == !live.empty());
+        if (!item) continue;
+        check_pop(*item);
+        out.insert(live.extract(item->payload));
+      } else if (o < 8 && !out.empty()) {  // a retry, in any order, at its original place
+        auto it = out.begin();
+        std::advance(it, static_cast<long>(rng() % out.size()));
+        Ref& r = it->second;
+        const auto res = s.push({.lane = r.lane, .client = r.client, .payload = it->first,
+                                 .enqueued_at = r.enqueued_at, .deadline = r.explicit_dl,
+                                 .seq = r.seq});
+        REQUIRE(res.status == Scheduler::PushStatus::ok);
+        r.id = res.id;
+        live.insert(out.extract(it));
+        ++requeues;
+      } else if (o < 9 && !live.empty()) {
+        auto it = live.begin();
+        std::advance(it, static_cast<long>(rng() % live.size()));
+        const auto removed = s.remove(it->second.id);
+        REQUIRE(removed);
+        REQUIRE(removed->payload == it->first);
+        live.erase(it);
+      } else {
+        while (const auto item = s.pop_expired(now)) {
+          REQUIRE(live.at(item->payload).deadline <= now);
+          live.erase(item->payload);
+        }
+        for (const auto& [p, r] : live) REQUIRE(r.deadline > now);
+      }
+      REQUIRE(s.size() == live.size());
+    }
+    CHECK(requeues > 300);
+    CHECK(promoted > 50);
+    while (const auto item = s.pop(now)) {  // nothing lost, and the same rules to the end
+      check_pop(*item);
+      live.erase(item->payload);
+    }
+    CHECK(live.empty());
+  }
 }
 
 TEST_CASE("a lane timeout of a lifetime or more means no deadline, not an overflow",
