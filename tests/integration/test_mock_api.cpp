@@ -327,11 +327,27 @@ TEST_CASE("a call without an API key gets 401 in the provider's error shape") {
   CHECK(no_key.status == 401);
   CHECK(no_key.json()["type"] == "error");
   CHECK(no_key.json()["error"]["type"] == "authentication_error");
-  const auto no_version = c.post(messages_path, anthropic_body(), {{"x-api-key", "k"}});
-  CHECK(no_version.status == 401);
-  CHECK(no_version.json()["error"]["type"] == "authentication_error");
+  CHECK(server.stats()["by_status"]["401"] == 3);
+}
 
-  CHECK(server.stats()["by_status"]["401"] == 4);
+TEST_CASE("an Anthropic call without a valid anthropic-version gets 400, as the API answers") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  const auto no_version = c.post(messages_path, anthropic_body(), {{"x-api-key", "k"}});
+  CHECK(no_version.status == 400);
+  CHECK(no_version.json()["type"] == "error");
+  CHECK(no_version.json()["error"]["type"] == "invalid_request_error");
+  CHECK(no_version.json()["error"]["message"] == "anthropic-version: header is required");
+  const auto bad = c.post(messages_path, anthropic_body(),
+                          {{"x-api-key", "k"}, {"anthropic-version", "2024-10-22"}});
+  CHECK(bad.status == 400);
+  CHECK(bad.json()["error"]["message"] == "anthropic-version: \"2024-10-22\" is not a valid version");
+  // no key and no version: the key is checked first
+  CHECK(c.post(messages_path, anthropic_body()).status == 401);
+  for (const char* v : {"2023-06-01", "2023-01-01"})
+    CHECK(c.post(messages_path, anthropic_body(), {{"x-api-key", "k"}, {"anthropic-version", v}})
+              .status == 200);
+  CHECK(server.stats()["by_status"]["400"] == 2);
 }
 
 TEST_CASE("a body that is not JSON gets 400 in the provider's error shape, the connection lives on") {

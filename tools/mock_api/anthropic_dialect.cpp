@@ -26,18 +26,24 @@ class AnthropicDialect final : public Dialect {
   std::string_view request_id_header() const noexcept override { return "request-id"; }
   bool split_token_limits() const noexcept override { return true; }
 
+  // The API checks the key (401), then the version (400: a request error, not an auth one).
   std::optional<std::string> api_key(const HttpRequest& request) const override {
     const auto key = request.header("x-api-key");
-    const auto version = request.header("anthropic-version");
-    if (!key || key->empty() || !version || version->empty()) return std::nullopt;
+    if (!key || key->empty() || !valid_version(request.header("anthropic-version")))
+      return std::nullopt;
     return std::string(*key);
   }
 
   ErrorReply auth_error(const HttpRequest& request) const override {
     const auto key = request.header("x-api-key");
-    const char* message = !key || key->empty() ? "x-api-key header is required"
-                                               : "anthropic-version header is required";
-    return {401, body("authentication_error", message)};
+    if (!key || key->empty())
+      return {401, body("authentication_error", "x-api-key header is required")};
+    const auto version = request.header("anthropic-version");
+    if (!version || version->empty())
+      return {400, body("invalid_request_error", "anthropic-version: header is required")};
+    return {400, body("invalid_request_error",
+                      "anthropic-version: " + dump_json(json(std::string(*version))) +
+                          " is not a valid version")};
   }
 
   ChatCall parse(const json& body) const override {
@@ -204,6 +210,11 @@ class AnthropicDialect final : public Dialect {
   }
 
   static const char* stop_reason(const Answer& a) { return a.truncated ? "max_tokens" : "end_turn"; }
+
+  // The versions the API accepts (docs: "Versions"); any other value is a 400.
+  static bool valid_version(std::optional<std::string_view> v) {
+    return v && (*v == "2023-06-01" || *v == "2023-01-01");
+  }
 
   static std::string body(std::string_view type, std::string_view message) {
     return dump_json({{"type", "error"}, {"error", {{"type", type}, {"message", message}}}});
