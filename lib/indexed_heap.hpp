@@ -1,8 +1,8 @@
 #pragma once
 // A binary min-heap in a vector whose entries know where they are: `place(pos, entry)` stores an
 // entry at `pos` and records `pos` with the entry's owner, so an entry can be erased from the
-// middle in O(log n). `before(a, b)` orders entries. Internal (lib/): the scheduler keeps two
-// (explicit deadlines; clients waiting for a later round).
+// middle in O(log n). `before(a, b)` orders entries. Internal (lib/): the scheduler keeps them
+// for explicit deadlines, clients waiting for a later round, and requeued items behind newer ones.
 #include <cstddef>
 #include <vector>
 

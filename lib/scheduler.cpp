@@ -12,6 +12,9 @@ namespace laneq {
 namespace {
 constexpr std::uint8_t no_deadline = 0, lane_deadline = 1, explicit_deadline = 2;
 constexpr std::uint8_t in_lane_heap = 1, in_client_heap = 2;  // Node::behind
+// A heap of requeued items that empties gives its memory back above this many entries (a burst
+// of retries), and keeps it below (the usual one or two).
+constexpr std::size_t shrink_behind_above = 64;
 constexpr std::size_t idle_client_sweep = 4096;  // idle clients kept before a sweep
 // A turn's grant is capped far above any cost (costs are 32-bit): quantum x weight, both 32-bit,
 // could overflow a signed 64-bit deficit otherwise; no realistic configuration reaches the cap.
@@ -114,8 +117,8 @@ void Scheduler::push_behind_client(std::size_t l, std::uint32_t c, std::uint32_t
   ClientLane& q = clients_[c].lanes[l];
   if (q.behind == npos) {
     if (free_behind_heaps_.empty()) {
-      q.behind = static_cast<std::uint32_t>(behind_heaps_.size());
-      behind_heaps_.emplace_back();
+      behind_heaps_.emplace_back();  // first: q.behind never names a heap that is not there
+      q.behind = static_cast<std::uint32_t>(behind_heaps_.size() - 1);
     } else {
       q.behind = free_behind_heaps_.back();
       free_behind_heaps_.pop_back();
@@ -136,6 +139,7 @@ void Scheduler::erase_behind_client(ClientLane& q, std::uint32_t slot) {
     nodes_[e.slot].cl_prev = static_cast<std::uint32_t>(p);
   });
   if (h.empty()) {  // given back: a client-lane holds a heap only while it has requeued items
+    if (h.capacity() > shrink_behind_above) std::vector<SeqEntry>().swap(h);  // after a burst
     free_behind_heaps_.push_back(q.behind);
     q.behind = npos;
   }
@@ -156,6 +160,8 @@ void Scheduler::erase_behind_lane(Lane& lane, std::uint32_t slot) {
                        lane.behind[p] = e;
                        nodes_[e.slot].lane_prev = static_cast<std::uint32_t>(p);
                      });
+  if (lane.behind.empty() && lane.behind.capacity() > shrink_behind_above)
+    std::vector<SeqEntry>().swap(lane.behind);
 }
 
 Scheduler::PushResult Scheduler::push(const PushArgs& a) {
@@ -188,7 +194,7 @@ Scheduler::PushResult Scheduler::push(const PushArgs& a) {
   n.lane = static_cast<std::uint16_t>(a.lane);
   n.behind = 0;
 
-  // lane list in seq order, only for aging (a lane's oldest item): a new item appends; a
+  // lane list in seq order, only when some lane ages (a lane's oldest item): a new item appends; a
   // requeued one (a.seq) behind newer ones goes to the lane's heap
   if (aging_mask_ != 0) {
     if (lane.tail == npos || nodes_[lane.tail].seq < n.seq) [[likely]]

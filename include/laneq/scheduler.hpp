@@ -224,7 +224,7 @@ class Scheduler {
   };
   struct Lane {
     SchedulerLane spec;
-    std::uint32_t head = npos, tail = npos;        // all items, seq order (only when a lane ages),
+    std::uint32_t head = npos, tail = npos;        // all items, seq order (only when any lane ages),
     std::vector<SeqEntry> behind{};                // but those requeued behind newer ones
     std::uint32_t dl_head = npos, dl_tail = npos;  // lane-default deadline items
     std::size_t count = 0;

@@ -54,8 +54,9 @@ struct Fixture {
 };
 
 // Two backlogs of other clients in `lane`, one older and one newer than a light client's
-// request, which is taken, then put back (a retry) and removed (a cancel) 10,000 times: each
-// put-back must cost no walk through the backlogs. Returns the light one, taken.
+// request, which is taken, then put back (a retry) and removed (a cancel) 30,000 times: each
+// put-back must cost no walk through the backlogs (a walk: ~5 s in all, in RelWithDebInfo).
+// Returns the light one, taken.
 constexpr int backlog = 100'000;
 Scheduler::Item retry_between_backlogs(Scheduler& s, std::size_t lane) {
   std::uint64_t payload = 1;
@@ -74,7 +75,7 @@ Scheduler::Item retry_between_backlogs(Scheduler& s, std::size_t lane) {
   REQUIRE(item->payload == light);
   int refused = 0, lost = 0;
   const auto t = std::chrono::steady_clock::now();
-  for (int i = 0; i < 10'000; ++i) {
+  for (int i = 0; i < 30'000; ++i) {
     const auto r = s.push({.lane = lane, .client = "light", .payload = light,
                            .enqueued_at = item->enqueued_at, .seq = item->seq});
     refused += r.status != Scheduler::PushStatus::ok;
@@ -351,10 +352,22 @@ TEST_CASE("DRR with arrivals, removals, requeues and weight changes at any time:
       std::uint32_t cost;
     };
     std::map<std::uint64_t, Live> live;
+    // taken and not back yet: retries come back later, in any order, each at its original
+    // place (often in front of its client's newer items, changing the client's head)
+    std::map<std::uint64_t, std::pair<Live, std::uint64_t>> out;  // payload -> (item, seq)
+    const auto requeue = [&](std::map<std::uint64_t, std::pair<Live, std::uint64_t>>::iterator it) {
+      const auto& [item, seq] = it->second;
+      const auto again = s.push({.lane = 0, .client = item.client, .payload = it->first,
+                                 .cost = item.cost, .seq = seq});
+      REQUIRE(again.status == Scheduler::PushStatus::ok);
+      model.push(item.client, seq, item.cost, it->first);
+      live[it->first] = {again.id, item.client, item.cost};
+      out.erase(it);
+    };
     std::uint64_t next_payload = 1, next_seq = 1;
     INFO("seed " << seed);
     for (int step = 0; step < 600; ++step) {
-      const auto op = rng() % 20;
+      const auto op = rng() % 21;
       if (op < 9) {
         const std::string c = "c" + std::to_string(rng() % 6);
         const auto cost = 1 + static_cast<std::uint32_t>(rng() % max_cost);
@@ -374,15 +387,18 @@ TEST_CASE("DRR with arrivals, removals, requeues and weight changes at any time:
         REQUIRE(got);
         REQUIRE(got->payload == want);
         CHECK(hint == want);
-        const Live item = live.at(want);
+        const auto taken = out.emplace(want, std::pair{live.at(want), got->seq}).first;
         live.erase(want);
-        if (rng() % 4 == 0) {  // a retry: back at its original place
-          const auto again = s.push({.lane = 0, .client = item.client, .payload = want,
-                                     .cost = item.cost, .seq = got->seq});
-          REQUIRE(again.status == Scheduler::PushStatus::ok);
-          model.push(item.client, got->seq, item.cost, want);
-          live[want] = {again.id, item.client, item.cost};
+        if (rng() % 4 == 0) {
+          requeue(taken);  // a retry at once
+        } else if (rng() % 2 == 0) {
+          out.erase(taken);  // done
         }
+      } else if (op == 20) {
+        if (out.empty()) continue;
+        auto it = out.begin();
+        std::advance(it, static_cast<long>(rng() % out.size()));
+        requeue(it);  // a retry after its back-off
       } else if (op < 18) {
         if (live.empty()) continue;
         auto it = live.begin();
@@ -397,6 +413,7 @@ TEST_CASE("DRR with arrivals, removals, requeues and weight changes at any time:
         model.set_weight(c, w);
       }
     }
+    while (!out.empty()) requeue(std::next(out.begin(), static_cast<long>(rng() % out.size())));
     while (!live.empty()) {
       const auto want = model.pop();
       const auto got = s.pop(t0);
@@ -590,9 +607,9 @@ TEST_CASE("a retry in an aging lane costs no walk through the lane's older and n
 TEST_CASE("many retries of one client go back in its FIFO order without walking each other",
           "[scheduler][complexity]") {
   // A client's retries come back in any order (their backoffs differ). Each went back to its
-  // place by a walk past the client's requeued items older than it: O(retries^2) in all.
+  // place by a walk past the client's requeued items older than it: O(retries^2) in all (~5 s here).
   Scheduler s(SchedulerConfig{.lanes = {{.priority = 5}}});
-  constexpr int queued = 150'000, retried = 60'000;  // the walk from the tail is long too
+  constexpr int queued = 200'000, retried = 80'000;  // the walk from the tail is long too
   for (std::uint64_t p = 1; p <= queued; ++p)
     REQUIRE(s.push({.lane = 0, .client = "x", .payload = p, .enqueued_at = t0}).status ==
             Scheduler::PushStatus::ok);
