@@ -1,6 +1,7 @@
 #pragma once
 // laneq: priority lanes, fair scheduling and rate limiting for AI API calls on Asio.
 #include "laneq/error.hpp"
+#include "laneq/finish.hpp"
 #include "laneq/http/curl_transport.hpp"
 #include "laneq/metrics.hpp"
 #include "laneq/priority.hpp"

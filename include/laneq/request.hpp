@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "laneq/client_id.hpp"
+#include "laneq/finish.hpp"
 #include "laneq/priority.hpp"
 
 namespace laneq {
@@ -82,7 +83,7 @@ struct Response {
   int status = 0;                  // HTTP status (0 when no HTTP exchange happened)
   std::string text{};              // first choice / concatenated text blocks
   Usage usage{};
-  std::string finish_reason{};
+  std::string finish_reason{};     // the provider's word ("stop", "end_turn", ...); see finish()
   Headers headers{};
   nlohmann::json raw = nullptr;    // the provider's JSON body, as parsed (a stream: the body
                                    // its events add up to, tool calls and refusals included)
@@ -94,6 +95,8 @@ struct Response {
   std::chrono::nanoseconds queue_wait{0};
   std::chrono::nanoseconds service_time{0};
 
+  // finish_reason in one vocabulary for every provider (finish.hpp).
+  Finish finish() const noexcept { return finish_of(finish_reason); }
   // Case-insensitive header look-up; nullptr when absent.
   const std::string* header(std::string_view name) const noexcept;
 };

@@ -273,6 +273,7 @@ TEST_CASE("an OpenAI completion fills text, usage, finish reason, status, header
   CHECK(out.usage.input_tokens == 12);
   CHECK(out.usage.output_tokens == 3);
   CHECK(out.finish_reason == "stop");
+  CHECK(out.finish() == laneq::Finish::stop);
   CHECK(out.headers == h);
   CHECK(out.raw["id"] == "chatcmpl-9abc");
   CHECK(out.error_type.empty());
@@ -288,6 +289,7 @@ TEST_CASE("an OpenAI completion with null content (tool calls) succeeds with emp
   CHECK_FALSE(laneq::openai::parse_response(200, {}, body, out));
   CHECK(out.text.empty());
   CHECK(out.finish_reason == "tool_calls");
+  CHECK(out.finish() == laneq::Finish::tool_call);
   CHECK(out.usage.total() == 12);
 }
 
@@ -407,6 +409,35 @@ TEST_CASE("parse_response overwrites everything a reused Response carried from a
 
 // ============================== Anthropic responses ==============================
 
+TEST_CASE("finish(): each provider's stop reasons in one vocabulary") {
+  using laneq::Finish;
+  const std::pair<const char*, Finish> words[] = {
+      // OpenAI chat completions
+      {"stop", Finish::stop}, {"length", Finish::length}, {"tool_calls", Finish::tool_call},
+      {"function_call", Finish::tool_call}, {"content_filter", Finish::content_filter},
+      // Anthropic messages
+      {"end_turn", Finish::stop}, {"stop_sequence", Finish::stop}, {"max_tokens", Finish::length},
+      {"model_context_window_exceeded", Finish::length}, {"tool_use", Finish::tool_call},
+      {"refusal", Finish::content_filter}, {"pause_turn", Finish::paused},
+      // none, or one laneq does not know (exact words only)
+      {"", Finish::unknown}, {"STOP", Finish::unknown}, {"stop ", Finish::unknown},
+      {"something_new", Finish::unknown}};
+  for (const auto& [word, want] : words) {
+    INFO(word);
+    Response r;
+    r.finish_reason = word;
+    CHECK(r.finish() == want);
+  }
+  static_assert(laneq::finish_of("end_turn") == Finish::stop);
+  CHECK(laneq::finish_name(Finish::unknown) == "unknown");
+  CHECK(laneq::finish_name(Finish::stop) == "stop");
+  CHECK(laneq::finish_name(Finish::length) == "length");
+  CHECK(laneq::finish_name(Finish::tool_call) == "tool_call");
+  CHECK(laneq::finish_name(Finish::content_filter) == "content_filter");
+  CHECK(laneq::finish_name(Finish::paused) == "paused");
+  CHECK(laneq::finish_name(static_cast<Finish>(200)) == "unknown");
+}
+
 TEST_CASE("an Anthropic message joins its text blocks and counts cache tokens as input") {
   const Headers h{{"anthropic-ratelimit-requests-remaining", "49"}};
   Response out;
@@ -417,6 +448,7 @@ TEST_CASE("an Anthropic message joins its text blocks and counts cache tokens as
   CHECK(out.usage.rate_exempt_input_tokens == 300);  // cache reads: not rate-limited
   CHECK(out.usage.output_tokens == 42);
   CHECK(out.finish_reason == "tool_use");
+  CHECK(out.finish() == laneq::Finish::tool_call);
   CHECK(out.headers == h);
   CHECK(out.raw["id"] == "msg_01XFDUDYJgAACzvnptvVoYEL");
 }
@@ -586,6 +618,7 @@ TEST_CASE("a full OpenAI stream yields its text, deltas, finish reason and usage
     CHECK(out.text == "Hello, world");
     CHECK(deltas == std::vector<std::string>{"Hel", "lo, ", "world"});  // the empty first delta is skipped
     CHECK(out.finish_reason == "length");
+    CHECK(out.finish() == laneq::Finish::length);  // (streamed)
     CHECK(out.usage.input_tokens == 9);
     CHECK(out.usage.output_tokens == 4);
   }
@@ -728,6 +761,7 @@ TEST_CASE("a full Anthropic stream yields its text, deltas, stop reason and both
     CHECK(out.text == "Hello, world");
     CHECK(deltas == std::vector<std::string>{"Hello", ", world"});
     CHECK(out.finish_reason == "end_turn");
+    CHECK(out.finish() == laneq::Finish::stop);  // (streamed)
     CHECK(out.usage.input_tokens == 25 + 10 + 5);  // from message_start, cache included
     CHECK(out.usage.rate_exempt_input_tokens == 5);
     CHECK(out.usage.output_tokens == 15);          // from message_delta, replacing the 1
@@ -809,6 +843,7 @@ TEST_CASE("Anthropic stream: a newer message_delta with input usage updates it")
   CHECK(out.usage.rate_exempt_input_tokens == 7);
   CHECK(out.usage.output_tokens == 9);
   CHECK(out.finish_reason == "max_tokens");
+  CHECK(out.finish() == laneq::Finish::length);  // (streamed)
 }
 
 TEST_CASE("request bodies written directly equal the ones built as a JSON tree - any text",
