@@ -1103,12 +1103,21 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void end_attempt(op_ptr op, RateLimiter& lim, RateLimiter::Ticket ticket,
                    const RateCost& estimate, std::error_code ec, Response& resp) {
     ++op->attempts;
-    lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
     // Parsed once: the limiter adopts the server's view, the retry policy reads retry-after.
     const auto info =
         resp.headers.empty()
             ? RateLimitInfo{}
             : parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
+    const auto d = ec ? decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01())
+                      : RetryDecision{};
+    // One pause for every worker, no longer than a request would wait for its own retry: a
+    // longer retry-after (a daily limit, a clock skewed HTTP-date) fails this request, and the
+    // next one after max_retry_after asks the server again instead of everything stopping.
+    // It comes before the refund and the server's counts: either may grant a waiter at once,
+    // which would then call straight into the 429 (even when this request was resolved
+    // meanwhile, the server's answer holds for the others).
+    if (d.pause_all) lim.pause_for(std::min(d.delay, cfg_.retry.retry_after_limit()));
+    lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
     observe_capped(lim, info);
     if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
@@ -1131,11 +1140,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
         ec == errc::overloaded)
       metrics_.rate_limited(op->lane, op->client_ref);
-    const auto d = decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01());
-    // One pause for every worker, no longer than a request would wait for its own retry: a
-    // longer retry-after (a daily limit, a clock skewed HTTP-date) fails this request, and the
-    // next one after max_retry_after asks the server again instead of everything stopping.
-    if (d.pause_all) lim.pause_for(std::min(d.delay, cfg_.retry.retry_after_limit()));
     if (!d.retry || streamed)
       return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
     const auto at = steady::now() + d.delay;

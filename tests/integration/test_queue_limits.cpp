@@ -245,6 +245,38 @@ TEST_CASE("a 429 pauses starts on all workers, not just the one that saw it",
   for (std::size_t i = 4; i < seen.size(); ++i) CHECK(seen[i].second - t0 >= 340ms);
 }
 
+TEST_CASE("a 429 pauses before its refund: a request waiting for tokens does not start inside "
+          "the pause",
+          "[queue][limits][retry]") {
+  // A refused call costs no tokens, so its estimate is refunded; the refund lets the waiting
+  // request through at once, which called straight into the 429 while the pause came after.
+  asio::io_context io;
+  TimedProvider provider({.latency = 20ms});
+  provider.inner.script({.error = errc::rate_limited, .status = 429, .headers = retry_after_ms(300)});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2,
+                             .lanes = {{.priority = Priority::normal}},
+                             .rate_limits = {.tokens = 10'000, .period = 1s}});
+  queue.start();
+  std::error_code ea, eb;
+  run(io, [&]() -> asio::awaitable<void> {
+    queue.async_submit(chat("A", 6000), {}, [&](std::error_code e, laneq::Response) { ea = e; });
+    // B's ~6,000 tokens do not fit beside A's: it waits at the limiter while A is in flight
+    auto [e, r] = co_await queue.async_submit(chat("B", 6000), {.timeout = 20s}, tuple_awaitable);
+    eb = e;
+    co_await queue.shutdown();  // (drains A's retry)
+  });
+  CHECK_FALSE(ea);
+  CHECK_FALSE(eb);
+  const auto seen = provider.starts();
+  REQUIRE(seen.size() == 3);  // A, B, A's retry
+  CHECK(seen[0].first == "A");
+  CHECK(seen[1].first == "B");
+  // the 429 came back ~20 ms after A started; B started only after the 300 ms pause
+  CHECK(seen[1].second - seen[0].second >= 300ms);
+  CHECK(queue.metrics().limiters.at(0).pauses == 1);
+}
+
 TEST_CASE("retries stop at max_attempts and the final failure carries the provider's answer",
           "[queue][retry]") {
   asio::io_context io;
