@@ -128,10 +128,12 @@ void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration per
 void RateBudgets::respace(Budget& b, const BudgetSpec& old, const BudgetSpec& now) {
   if (b.window.empty() || b.next_smooth <= b.window.back().at) return;
   const TimePoint from = b.window.back().at;
-  const int128 rest = static_cast<int128>((b.next_smooth - from).count());
-  const int128 scaled = std::min<int128>(rest * now.period.count() * old.limit /
-                                             (static_cast<int128>(now.limit) * old.period.count()),
-                                         now.period.count());  // the window frees it by then
+  // In long double (64-bit mantissa: well under a nanosecond at a year's nanoseconds): the
+  // product of the rest, a period and a limit overflows even int128 at a year and 2^50.
+  const long double scaled =
+      std::min(static_cast<long double>((b.next_smooth - from).count()) / old.period.count() *
+                   now.period.count() * old.limit / now.limit,
+               static_cast<long double>(now.period.count()));  // the window frees it by then
   b.next_smooth = from + Duration(static_cast<Duration::rep>(scaled));
 }
 

@@ -82,6 +82,24 @@ TEST_CASE("smooth mode: a limit changed between grants respaces the wait still a
   CHECK(t.try_acquire(c({1}), t0).ready_at <= t0 + 60s);
 }
 
+TEST_CASE("smooth mode: respacing at a year's period and a limit of 2^50 does not overflow",
+          "[rate_budget]") {
+  // rest x period x limit was computed in int128: ~5e47 here, far beyond its 1.7e38
+  const laneq::Duration year = std::chrono::hours(24 * 365);
+  const std::int64_t most = std::int64_t{1} << 50;  // RateLimits' largest limit
+  RateBudgets b({{.name = "tokens", .limit = most, .period = year, .smooth = true}});
+  REQUIRE(b.try_acquire(c({most / 2}), t0).granted);
+  CHECK(b.try_acquire(c({1}), t0).ready_at == t0 + year / 2);
+  b.set_limit(0, most - 1, year);  // a hair lower: the wait ahead grows by a hair
+  const auto lower = b.try_acquire(c({1}), t0).ready_at;
+  CHECK(lower >= t0 + year / 2);
+  CHECK(lower <= t0 + year / 2 + 1us);
+  b.set_limit(0, most, year / 2);  // twice the rate: half the wait
+  const auto faster = b.try_acquire(c({1}), t0).ready_at - t0;
+  CHECK(faster >= year / 4 - 1us);
+  CHECK(faster <= year / 4 + 1us);
+}
+
 TEST_CASE("every budget must fit at once, and the wait is for the slowest", "[rate_budget]") {
   RateBudgets b({{.name = "requests", .limit = 10, .period = 60s},
                  {.name = "tokens", .limit = 1000, .period = 60s}});
