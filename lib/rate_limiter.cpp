@@ -401,9 +401,12 @@ void RateLimiter::observe(const RateLimitInfo& info) {
     for (std::size_t k = 0; k < k_count; ++k) {
       const auto i = s.index[k];
       const auto& b = *buckets[k];
-      // Exhausted, budget or not: nothing more until the server's reset.
-      if (b.remaining && *b.remaining == 0 && b.reset_after && b.reset_after->count() > 0)
-        s.pause(*b.reset_after);
+      // Exhausted, budget or not: nothing more until the server's reset. A reset that is due
+      // now or past by our clock (Anthropic's whole-second resets, a clock ahead of the
+      // server's, OpenAI's "0s") still said 0 left: a short hold, after which the server's next
+      // answer tells, instead of calls straight into 429s.
+      if (b.remaining && *b.remaining == 0 && b.reset_after)
+        s.pause(b.reset_after->count() > 0 ? *b.reset_after : std::chrono::nanoseconds(past_reset_hold));
       if (i == detail::limiter_state::npos) continue;
       // `remaining` counts the server's minute; it only compares with a per-minute budget. An
       // exhausted bucket with a reset paused above; without one (missing, unreadable) the

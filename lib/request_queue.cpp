@@ -1171,7 +1171,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // clock, must not stop everything either; the next start asks the server again).
   void observe_capped(RateLimiter& lim, const RateLimitInfo& info) const {
     const auto cap = cfg_.retry.retry_after_limit();
-    const auto over = [&](const RateLimitInfo::Bucket& b) { return b.reset_after && *b.reset_after > cap; };
+    // (an exhausted bucket whose reset is past holds past_reset_hold: capped as well)
+    const auto over = [&](const RateLimitInfo::Bucket& b) {
+      return b.reset_after && (*b.reset_after > cap ||
+                               (b.reset_after->count() <= 0 && b.remaining == 0 &&
+                                cap < RateLimiter::past_reset_hold && cap.count() > 0));
+    };
     if (!over(info.requests) && !over(info.tokens) && !over(info.input_tokens) &&
         !over(info.output_tokens))
       return lim.observe(info);

@@ -119,7 +119,9 @@ class RateLimiter {
   void reconcile(Ticket ticket, RateCost estimate, RateCost actual);
 
   // The server's view from a response's rate-limit headers: lowers what remains (a bucket at 0
-  // pauses until its reset), and with adopt_server_limits takes over its limits.
+  // pauses until its reset, or past_reset_hold when that reset is due or past by our clock),
+  // and with adopt_server_limits takes over its limits.
+  static constexpr std::chrono::seconds past_reset_hold{1};
   void observe(const Headers& headers);
   void observe(const RateLimitInfo& info);  // the same, already parsed
 

@@ -186,15 +186,15 @@ TEST_CASE("a retry-after beyond max_retry_after fails its request and holds the 
   CHECK(held < 10s);     // not the hour
 }
 
-TEST_CASE("an exhausted bucket whose reset is hours away holds starts only max_retry_after",
-          "[queue][limits][retry]") {
+// A (a success reporting the request bucket empty until `reset`), then B: how long B's start
+// was held after A's.
+static steady::duration held_after_exhausted(const char* reset, std::chrono::milliseconds max_retry_after) {
   asio::io_context io;
   TimedProvider provider({.latency = 5ms});
-  // a success that reports the request bucket empty until a reset 3 h away (a skewed clock)
   provider.inner.script({.status = 200, .headers = {{"x-ratelimit-remaining-requests", "0"},
-                                                    {"x-ratelimit-reset-requests", "3h"}}});
+                                                    {"x-ratelimit-reset-requests", reset}}});
   laneq::RequestQueue queue(io.get_executor(), provider,
-                            {.workers = 1, .retry = {.max_retry_after = 200ms}});
+                            {.workers = 1, .retry = {.max_retry_after = max_retry_after}});
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
     auto [e1, r1] = co_await queue.async_submit(chat("A"), {}, tuple_awaitable);
@@ -205,8 +205,23 @@ TEST_CASE("an exhausted bucket whose reset is hours away holds starts only max_r
   });
   const auto seen = provider.starts();
   REQUIRE(seen.size() == 2);
-  CHECK(seen[1].second - seen[0].second >= 150ms);  // held...
-  CHECK(seen[1].second - seen[0].second < 10s);     // ...but not for hours
+  return seen[1].second - seen[0].second;
+}
+
+TEST_CASE("an exhausted bucket whose reset is hours away holds starts only max_retry_after",
+          "[queue][limits][retry]") {
+  // a reset 3 h away (a skewed clock)
+  const auto held = held_after_exhausted("3h", 200ms);
+  CHECK(held >= 150ms);  // held...
+  CHECK(held < 10s);     // ...but not for hours
+}
+
+TEST_CASE("an exhausted bucket whose reset is already past holds starts a moment, within "
+          "max_retry_after",
+          "[queue][limits][retry]") {
+  const auto held = held_after_exhausted("0s", 300ms);
+  CHECK(held >= 250ms);  // held (RateLimiter::past_reset_hold)...
+  CHECK(held < 900ms);   // ...but capped at max_retry_after
 }
 
 TEST_CASE("max_retry_after = milliseconds::max() means always honour retry-after, not never",

@@ -550,6 +550,31 @@ TEST_CASE("an exhausted bucket in the server's headers pauses grants until its r
   CHECK(ms(at - t0) < 300 + 1000);
 }
 
+TEST_CASE("an exhausted bucket whose reset is due or past by our clock still holds grants a "
+          "moment",
+          "[limiter][headers]") {
+  // 0 left and a reset of "0s", or an RFC 3339 reset behind our clock (a clock ahead of the
+  // server's): it was ignored, so calls went straight into 429s
+  asio::io_context io;
+  const auto past = "2001-01-01T00:00:00Z";
+  for (const laneq::Headers& h : {laneq::Headers{{"x-ratelimit-remaining-requests", "0"},
+                                                 {"x-ratelimit-reset-requests", "0s"}},
+                                  laneq::Headers{{"anthropic-ratelimit-tokens-remaining", "0"},
+                                                 {"anthropic-ratelimit-tokens-reset", past}}}) {
+    RateLimiter lim(io.get_executor(), {});
+    lim.observe(h);
+    CHECK(lim.try_acquire({}) == 0);
+    const auto snap = lim.snapshot();
+    CHECK(snap.pauses == 1);
+    CHECK(snap.paused_for_s > 0.5);
+    CHECK(snap.paused_for_s <= 1.0);
+  }
+  // not exhausted: no hold
+  RateLimiter lim(io.get_executor(), {});
+  lim.observe({{"x-ratelimit-remaining-requests", "5"}, {"x-ratelimit-reset-requests", "0s"}});
+  CHECK(lim.try_acquire({}) != 0);
+}
+
 TEST_CASE("the server's lower remaining count is adopted, a higher one ignored",
           "[limiter][headers]") {
   asio::io_context io;
