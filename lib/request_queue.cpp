@@ -1254,7 +1254,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->attempts > 0) {
       // A request between attempts that times out (or is cancelled) carries the last error.
       if (auto it = last_errors_.find(op); it != last_errors_.end()) {
-        if (resp.status == 0 && resp.error_message.empty()) resp = std::move(it->second.last);
+        if (ec && resp.status == 0 && resp.error_message.empty()) resp = std::move(it->second.last);
         last_errors_.erase(it);
       }
       resp.attempts = op->attempts;

@@ -292,6 +292,48 @@ TEST_CASE("a 429 pauses before its refund: a request waiting for tokens does not
   CHECK(queue.metrics().limiters.at(0).pauses == 1);
 }
 
+TEST_CASE("a retry that succeeds returns its own Response, also from a provider without HTTP "
+          "(status 0)",
+          "[queue][retry]") {
+  // finish() put the last failure's Response in place of one with status 0 and no error
+  // message: meant for a request that times out between attempts, it also hit successes.
+  struct NoHttp final : laneq::Provider {
+    int calls = 0;
+    void async_call(const laneq::Request&, const laneq::CallContext& ctx,
+                    laneq::CallCompletion done) noexcept override {
+      laneq::Response r;
+      std::error_code ec;
+      if (calls++ == 0) {
+        ec = errc::server_error;
+        r.status = 503;
+        r.error_message = "busy";
+      } else {
+        r.text = "ok";
+        r.usage = {.input_tokens = 3, .output_tokens = 2};
+      }
+      asio::post(ctx.executor, [done = std::move(done), ec, r = std::move(r)]() mutable {
+        std::move(done)(ec, std::move(r));
+      });
+    }
+    const char* name() const noexcept override { return "no-http"; }
+  } provider;
+  asio::io_context io;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.base_delay = 1ms, .max_delay = 2ms}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(r.text == "ok");
+    CHECK(r.status == 0);
+    CHECK(r.error_message.empty());
+    CHECK(r.usage.output_tokens == 2);
+    CHECK(r.attempts == 2);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls == 2);
+}
+
 TEST_CASE("retries stop at max_attempts and the final failure carries the provider's answer",
           "[queue][retry]") {
   asio::io_context io;
