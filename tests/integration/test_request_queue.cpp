@@ -1258,16 +1258,18 @@ struct logging_allocator {
 
 }  // namespace
 
-TEST_CASE("async_submit keeps its state in the handler's associated allocator and gives the "
-          "op back before the handler runs",
+TEST_CASE("async_submit keeps its state in the handler's associated allocator and gives all "
+          "of it back before the handler runs",
           "[queue][allocator]") {
   allocation_log log;
   // The op holds the Request and SubmitOptions by value: no other block is that big.
   const std::size_t op_bytes = sizeof(laneq::Request) + sizeof(laneq::SubmitOptions);
-  std::vector<std::pair<std::error_code, bool>> seen;  // (ec, op still allocated)
+  // (ec, any block still allocated): as Asio's rule, so that a handler may own its arena (the
+  // Response on its way back was given back after the handler ran)
+  std::vector<std::pair<std::error_code, bool>> seen;
   auto handler = asio::bind_allocator(logging_allocator<void>(&log),
                                       [&](std::error_code ec, laneq::Response) {
-                                        seen.emplace_back(ec, log.any_live_of_at_least(op_bytes));
+                                        seen.emplace_back(ec, !log.live.empty());
                                       });
   SECTION("answered, and failed at admission") {
     asio::io_context io;

@@ -335,7 +335,17 @@ class submit_op final : public submit_op_base {
     allocator_type get_allocator() const noexcept {
       return asio::get_associated_allocator(op->b_.handler);
     }
-    void operator()() { op.release()->invoke(ec, std::move(*response)); }
+    void operator()() {
+      if constexpr (gives_back_anywhere) {  // std::allocator: when the box goes back is moot
+        op.release()->invoke(ec, std::move(*response));
+      } else {
+        // Out of its box first: the box goes back to the handler's allocator before the
+        // handler runs, as Asio's own operations do (a handler may own that memory).
+        Response r(std::move(*response));
+        response.reset();
+        op.release()->invoke(ec, std::move(r));
+      }
+    }
   };
 
   void post_completion(std::error_code ec, Response&& r) override {
