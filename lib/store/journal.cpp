@@ -373,6 +373,18 @@ void Journal::Impl::open() {
         "laneq journal '" + config.path + "' has schema version " + std::to_string(version) +
             ", newer than this laneq supports (" + std::to_string(store::schema_version) +
             "); it was left untouched: open it with a newer laneq, or use another path");
+  // Version 0 is a new file or another program's database that never set a version: only an
+  // empty one may become a journal. Checked before the first write (the WAL switch persists
+  // in the file header), so another program's file is left as it was.
+  if (version == 0) {
+    const auto objects = query_int("SELECT count(*) FROM sqlite_master", "reading the schema");
+    if (objects > 0)
+      throw std::system_error(
+          make_error_code(errc::journal),
+          "not a laneq journal: " + config.path + " already has tables (" +
+              std::to_string(objects) + " schema objects) and no laneq schema version; it was "
+              "left untouched: use another path, or an empty or new file");
+  }
   quick_check();
   {
     Stmt s;

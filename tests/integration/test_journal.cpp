@@ -803,7 +803,57 @@ TEST_CASE("a journal with a newer schema version is refused and left untouched",
   CHECK(read_file(other) == other_before);
 }
 
-TEST_CASE("a version 1 journal is migrated to version 2 and keeps its rows", "[journal]") {
+TEST_CASE("another program's database with schema version 0 is refused before any write and "
+          "keeps its journal mode",
+          "[journal][errors]") {
+  TempDir dir;
+  // One SQL text answer of a fresh connection (the C API directly, as another program would).
+  auto answer = [](const std::string& path, const char* query) {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, query, -1, &st, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+    const auto* text = sqlite3_column_text(st, 0);
+    std::string out = text ? reinterpret_cast<const char*>(text) : "";
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return out;
+  };
+  // `table`: some other table, or one that happens to be called like the journal's.
+  for (const std::string table : {"notes", "requests"}) {
+    INFO(table);
+    const auto path = dir.file(table + ".db");
+    {
+      sqlite3* db = nullptr;
+      REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+      const std::string create = "CREATE TABLE " + table + "(id INTEGER PRIMARY KEY, body TEXT);"
+                                 "INSERT INTO " + table + "(body) VALUES('kept');";
+      CHECK(sqlite3_exec(db, create.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+      sqlite3_close(db);
+    }
+    REQUIRE(answer(path, "PRAGMA user_version") == "0");
+    REQUIRE(answer(path, "PRAGMA journal_mode") == "delete");
+    const auto before = read_file(path);
+
+    const auto msg = open_error(path);  // checks errc::journal
+    CHECK_THAT(msg, Catch::Contains("not a laneq journal: " + path + " already has tables"));
+
+    CHECK(answer(path, "PRAGMA journal_mode") == "delete");  // not switched to WAL
+    CHECK(answer(path, "SELECT count(*) FROM sqlite_master") == "1");  // no laneq table or index
+    CHECK(answer(path, "SELECT group_concat(name) FROM sqlite_master") == table);
+    CHECK(answer(path, "PRAGMA user_version") == "0");
+    CHECK(read_file(path) == before);
+    CHECK_FALSE(fs::exists(path + "-wal"));
+  }
+  // An empty database (version 0, no tables) still becomes a journal.
+  const auto empty = dir.file("empty.db");
+  sql(empty, "PRAGMA user_version = 0;");
+  CHECK(Journal::open({empty})->take_recovered().empty());
+}
+
+TEST_CASE("a version 1 journal is migrated to the current schema version and keeps its rows",
+          "[journal]") {
   TempDir dir;
   const auto path = dir.file("v1.db");
   const std::string request = request_json(make_record("x").request);
@@ -897,19 +947,26 @@ TEST_CASE("a failed commit fails its whole batch once and the journal keeps work
       constexpr int n = 500;
       std::vector<int> calls(n, 0);  // written by the writer thread, read after flush
       std::atomic<int> failed{0};
-      for (int i = 0; i < n; ++i)
-        j->append(make_record("r" + std::to_string(i), std::string(400, 'x')),
-                  [&, i](std::error_code e, std::int64_t) {
-                    ++calls[static_cast<std::size_t>(i)];
-                    if (e == errc::journal) ++failed;
-                  });
-      const auto flushed = flush_wait(*j);
+      std::promise<std::error_code> flush_done;
+      // The appends and the flush are queued from a completion, on the writer thread, so the
+      // writer finds them all queued at once: one batch (n + 1 < max_batch), one transaction,
+      // far beyond the cap. Its COMMIT fails, and with it every op of the batch, the flush too.
+      j->append(make_record("gate"), [&](std::error_code, std::int64_t) {
+        for (int i = 0; i < n; ++i)
+          j->append(make_record("r" + std::to_string(i), std::string(400, 'x')),
+                    [&, i](std::error_code e, std::int64_t) {
+                      ++calls[static_cast<std::size_t>(i)];
+                      if (e == errc::journal) ++failed;
+                    });
+        j->flush([&](std::error_code e) { flush_done.set_value(e); });
+      });
+      const auto flushed = flush_done.get_future().get();
       const auto s = j->stats();
       ::setrlimit(RLIMIT_FSIZE, &cap);
       const auto after = append_wait(*j, make_record("after"));
       out = "calls_once=" + std::to_string(std::count(calls.begin(), calls.end(), 1) == n) +
-            " failed=" + std::to_string(failed.load() > 0) +
-            " flush=" + std::to_string(flushed == errc::journal || !flushed) +
+            " failed=" + std::to_string(failed.load() == n) +
+            " flush=" + std::to_string(flushed == errc::journal) +
             " write_errors=" + std::to_string(s.write_errors > 0) +
             " after=" + std::to_string(!after.first) + " last_error=" + s.last_error;
     } catch (const std::exception& e) {
