@@ -5,8 +5,10 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <random>
 #include <regex>
@@ -16,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "laneq/laneq.hpp"
 #include "support/child_process.hpp"
 #include "support/http_client.hpp"
 
@@ -70,6 +73,11 @@ std::vector<json> read_output(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) out.push_back(json::parse(line));  // every line whole JSON
   return out;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
 }
 
 std::size_t count_lines(const std::string& path) {
@@ -280,18 +288,23 @@ TEST_CASE("the CLI's timeout flag bounds each call attempt: a call slower than i
   CHECK(out[0]["error"]["code"] == "network");
 }
 
-TEST_CASE("a resume refuses an output file it cannot trust, and cuts only a torn last line",
-          "[cli][journal]") {
-  TempDir dir;
+// A journaled run of 3 lines that finished, then half a line appended to its output (a crash
+// mid-write). Returns the run's command line.
+static std::vector<std::string> finished_run_then_torn_line(TempDir& dir) {
   write_lines(dir.file("in.jsonl"), good_lines(3));
   const std::vector<std::string> run = {"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"),
                                         "--journal", dir.file("run.db"), "--mock",
                                         "--mock-latency-ms", "1", "--progress", "none"};
   REQUIRE(run_cli(run).code == 0);
   REQUIRE(count_lines(dir.file("out.jsonl")) == 3);
-  {  // a crash mid-write: half a line at the end
-    std::ofstream(dir.file("out.jsonl"), std::ios::app) << R"({"id":"batch_req_x","custom)";
-  }
+  std::ofstream(dir.file("out.jsonl"), std::ios::app) << R"({"id":"batch_req_x","custom)";
+  return run;
+}
+
+TEST_CASE("a resume refuses an output file it cannot trust, and cuts only a torn last line",
+          "[cli][journal]") {
+  TempDir dir;
+  const auto run = finished_run_then_torn_line(dir);
   CHECK(run_cli(run).code == 0);
   CHECK(read_output(dir.file("out.jsonl")).size() == 3);  // cut, nothing run again
   // a whole line that is not ours, in the middle: refused, the file left as it is
@@ -419,4 +432,103 @@ TEST_CASE("kill -9 mid-run, run again: every custom_id exactly once, resends onl
   CHECK(stats["by_request_id"].size() == static_cast<std::size_t>(lines));
   CHECK(twice <= workers);
   CHECK(stats["requests"].get<int>() == lines + twice);
+}
+
+TEST_CASE("laneq run refuses an output file that is the journal or a file SQLite keeps beside "
+          "it - exit code 2 before anything is opened",
+          "[cli][journal]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(2));
+  const auto in = dir.file("in.jsonl");
+  // no journal yet, the same file spelled two ways: nothing is created
+  auto r = run_cli({"run", in, "--out", (dir.path / "." / "j.db").string(), "--journal",
+                    dir.file("j.db"), "--mock", "--progress", "none"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("name the same file"));
+  CHECK_FALSE(fs::exists(dir.file("j.db")));
+
+  // the journal of a finished run: the file itself, or its -wal / -shm companion
+  const std::vector<std::string> run = {"run", in, "--out", dir.file("out.jsonl"), "--journal",
+                                        dir.file("run.db"), "--mock", "--mock-latency-ms", "1",
+                                        "--progress", "none"};
+  REQUIRE(run_cli(run).code == 0);
+  const auto journal_before = read_bytes(dir.file("run.db"));
+  REQUIRE_FALSE(journal_before.empty());
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {(dir.path / "." / "run.db").string(), "name the same file"},
+      {dir.file("run.db-wal"), "a file SQLite keeps beside --journal"},
+      {dir.file("run.db-shm"), "a file SQLite keeps beside --journal"}};
+  for (const auto& [out, says] : refused) {
+    INFO(out);
+    auto args = run;
+    args[3] = out;
+    r = run_cli(args);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(says));
+    CHECK_THAT(r.err, Catch::Contains("choose another --out"));
+  }
+  CHECK(read_bytes(dir.file("run.db")) == journal_before);
+  CHECK_FALSE(fs::exists(dir.file("run.db-shm")));  // never created as an output file
+  // the journal still serves its own run
+  r = run_cli(run);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("2 done in an earlier run, 0 to run"));
+}
+
+TEST_CASE("a resume refused as another run's output leaves the file as it was - a torn last "
+          "line included",
+          "[cli][journal]") {
+  TempDir dir;
+  const auto run = finished_run_then_torn_line(dir);
+  const auto before = read_bytes(dir.file("out.jsonl"));
+  auto fresh = run;
+  fresh[5] = dir.file("other.db");  // a journal that never ran these lines
+  const auto r = run_cli(fresh);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("from another run"));
+  CHECK(read_bytes(dir.file("out.jsonl")) == before);  // the torn line still there
+  // the run the output belongs to cuts the torn line and has nothing left to do
+  CHECK(run_cli(run).code == 0);
+  CHECK(read_output(dir.file("out.jsonl")).size() == 3);
+}
+
+TEST_CASE("a resume leaves a line whose journal row is still open to recovery - one output line "
+          "for it and counts that add up, even when its admission fails",
+          "[cli][journal]") {
+  TempDir dir;
+  auto big = chat_line("big");
+  big["body"]["max_tokens"] = 50000;  // beyond --tpm 10000: refused at admission
+  write_lines(dir.file("in.jsonl"), {chat_line("small").dump(), big.dump()});
+  {  // the journal of a run that ended (a crash) with "big" acknowledged but not run
+    auto journal = laneq::Journal::open({dir.file("run.db")});
+    laneq::JournalRecord rec;
+    rec.id = "big";
+    rec.priority = static_cast<int>(laneq::Priority::normal);
+    rec.request.id = "big";
+    rec.request.model = "gpt-test";
+    rec.request.messages.push_back({"user", "hello big"});
+    rec.request.max_tokens = 50000;
+    rec.enqueued_at = std::chrono::system_clock::now();
+    std::promise<std::error_code> appended;
+    journal->append(std::move(rec),
+                    [&appended](std::error_code ec, std::int64_t) { appended.set_value(ec); });
+    REQUIRE_FALSE(appended.get_future().get());
+  }
+  const auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--journal",
+                          dir.file("run.db"), "--mock", "--tpm", "10000", "--mock-latency-ms",
+                          "1", "--progress", "plain", "--progress-interval", "0.05"});
+  INFO(r.err);
+  CHECK(r.code == 1);  // "big" failed
+  const auto out = read_output(dir.file("out.jsonl"));
+  CHECK(out.size() == 2);
+  CHECK(ids_in(out) == std::map<std::string, int>{{"big", 1}, {"small", 1}});
+  for (const auto& l : out)
+    if (l["custom_id"] == "big") CHECK(l["error"]["code"] == "exceeds_rate_limit");
+  CHECK_THAT(r.err, Catch::Contains("0 done in an earlier run, 2 to run"));
+  CHECK_THAT(r.err, Catch::Contains("1 of 2 lines succeeded, 1 failed"));
+  // no progress line counted past the total
+  const std::regex done_re(R"((\d+)/(\d+) done)");
+  for (auto it = std::sregex_iterator(r.err.begin(), r.err.end(), done_re);
+       it != std::sregex_iterator(); ++it)
+    CHECK(std::stoul((*it)[1]) <= std::stoul((*it)[2]));
 }

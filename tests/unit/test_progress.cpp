@@ -60,11 +60,68 @@ TEST_CASE("the rate meter counts recent completions and the last minute's tokens
   const auto t0 = std::chrono::steady_clock::time_point{} + 1h;
   CHECK(m.per_second(t0) == 0);
   for (int i = 0; i < 100; ++i) m.add(t0 + i * 100ms, 10);  // 10 per second for 10 s
-  CHECK(m.per_second(t0 + 10s) == Approx(10.0).epsilon(0.02));
+  CHECK(m.per_second(t0 + 10s) == Approx(9.9));  // the 99 after the first, in 10 s
+  CHECK(m.per_second(t0 + 15s) == Approx(5.0));  // the window's 10 s: 50 completions
   CHECK(m.tokens_last_minute(t0 + 10s) == 1000);
   CHECK(m.per_second(t0 + 30s) == 0);                // nothing in the last 10 s
   CHECK(m.tokens_last_minute(t0 + 30s) == 1000);     // still within the minute
   CHECK(m.tokens_last_minute(t0 + 2min) == 0);
+}
+
+TEST_CASE("the rate does not count the completion its interval starts at - 8 completions in "
+          "10 ms are 700 per second, not 800",
+          "[cli]") {
+  laneq::cli::RateMeter m(10s);
+  const auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  for (int i = 0; i < 8; ++i) m.add(t0 + std::chrono::microseconds(i * 10'000 / 7), 0);
+  CHECK(m.per_second(t0 + 10ms) == Approx(700.0));
+  laneq::cli::RateMeter two(10s);
+  two.add(t0, 0);
+  CHECK(two.per_second(t0 + 500ms) == 0);  // one completion is no rate yet
+  two.add(t0 + 1s, 0);
+  CHECK(two.per_second(t0 + 1s) == Approx(1.0));  // one interval of 1 s, not 2 per second
+  CHECK(two.per_second(t0 + 2s) == Approx(0.5));
+}
+
+TEST_CASE("no ETA until the rate rests on at least 1 s of completions", "[cli]") {
+  laneq::cli::RateMeter m(10s);
+  const auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  CHECK_FALSE(m.eta_s(t0, 100));  // no completion yet
+  for (int i = 0; i < 8; ++i) m.add(t0 + std::chrono::milliseconds(i), 0);
+  CHECK_FALSE(m.eta_s(t0 + 10ms, 1000));  // was "ETA 0s" at 800 req/s
+  CHECK_FALSE(m.eta_s(t0 + 999ms, 1000));
+  CHECK(m.eta_s(t0 + 10ms, 0) == 0.0);  // nothing left: done
+  auto s = sample();
+  s.eta_s = m.eta_s(t0 + 10ms, 150);
+  CHECK(laneq::cli::render_bar(s, 200).find("ETA ?") != std::string::npos);  // unknown
+  m.add(t0 + 1s, 0);
+  const auto eta = m.eta_s(t0 + 1s, 80);  // 8 completions after the first in 1 s
+  REQUIRE(eta);
+  CHECK(*eta == Approx(10.0));
+}
+
+TEST_CASE("lines left never wrap below zero and an interrupt is exit 130 only when it left lines "
+          "unrun",
+          "[cli]") {
+  using laneq::cli::lines_left;
+  using laneq::cli::run_exit_code;
+  ProgressState s;
+  s.total = 10;
+  s.done = 10;
+  s.ok = 10;
+  CHECK(lines_left(s) == 0);
+  CHECK(run_exit_code(s, false) == 0);
+  CHECK(run_exit_code(s, true) == 0);  // a signal during the final drain: every line done
+  s.ok = 9;
+  s.failed = 1;
+  CHECK(run_exit_code(s, true) == 1);
+  s.done = 7;
+  CHECK(lines_left(s) == 3);
+  CHECK(run_exit_code(s, true) == 130);  // interrupted with 3 lines not run
+  CHECK(run_exit_code(s, false) == 1);   // lines left without an interrupt: never a success
+  s.done = 12;                           // a line counted twice
+  CHECK(lines_left(s) == 0);
+  CHECK(run_exit_code(s, true) == 1);
 }
 
 TEST_CASE("durations read as people write them", "[cli]") {

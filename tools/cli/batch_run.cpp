@@ -68,10 +68,12 @@ std::vector<std::variant<BatchLine, BadLine>> read_input(const std::string& path
   return items;
 }
 
-// What an earlier run left in the output file. Cuts a torn last line (a crash mid-write).
+// What an earlier run left in the output file, read without changing it.
 struct EarlierOutput {
   std::unordered_map<std::string, bool> results;  // custom_id -> succeeded
   std::unordered_set<std::size_t> bad_lines;      // input line numbers
+  std::uintmax_t whole_bytes = 0;                 // the whole lines, from the start
+  bool torn = false;                              // half a line follows them (a crash mid-write)
 };
 
 EarlierOutput read_earlier_output(const std::string& path) {
@@ -79,9 +81,8 @@ EarlierOutput read_earlier_output(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return out;
   std::string text;
-  std::uintmax_t good_bytes = 0;
   for (std::size_t line_no = 1; std::getline(in, text); ++line_no) {
-    if (in.eof()) break;  // no newline after it: torn by a crash mid-write, cut below
+    if (in.eof()) break;  // no newline after it: torn by a crash mid-write (cut_torn_line)
     const OutputLineKey key = read_output_line(text);
     if (!key.complete)  // whole, but not this tool's: cutting here would lose what follows
       throw setup_error{path + ": line " + std::to_string(line_no) +
@@ -89,15 +90,52 @@ EarlierOutput read_earlier_output(const std::string& path) {
                         "remove it, or choose another --out"};
     if (key.bad_line_no > 0) out.bad_lines.insert(key.bad_line_no);
     else out.results[key.custom_id] = key.succeeded;
-    good_bytes += text.size() + 1;
+    out.whole_bytes += text.size() + 1;
   }
   in.close();
   std::error_code ec;
-  if (std::filesystem::file_size(path, ec) != good_bytes && !ec) {
-    std::filesystem::resize_file(path, good_bytes, ec);
-    if (ec) throw setup_error{"cannot repair " + path + ": " + ec.message()};
-  }
+  out.torn = std::filesystem::file_size(path, ec) != out.whole_bytes && !ec;
   return out;
+}
+
+// Cuts the torn last line read_earlier_output found. Only once the output is known to be this
+// journal's run: a refused resume leaves the file as it was.
+void cut_torn_line(const std::string& path, const EarlierOutput& earlier) {
+  if (!earlier.torn) return;
+  std::error_code ec;
+  std::filesystem::resize_file(path, earlier.whole_bytes, ec);
+  if (ec) throw setup_error{"cannot repair " + path + ": " + ec.message()};
+}
+
+// Whether two paths name one file: the same file (hard or symbolic links), or, for files that
+// need not exist yet, the same absolute path once ".", ".." and the symbolic links of its
+// existing part are resolved.
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::equivalent(a, b, ec)) return true;
+  const auto resolved = [](const std::string& p, std::error_code& e) {
+    const fs::path abs = fs::absolute(p, e);
+    return e ? fs::path() : fs::weakly_canonical(abs, e);
+  };
+  std::error_code ec_a, ec_b;
+  const fs::path ca = resolved(a, ec_a), cb = resolved(b, ec_b);
+  return !ec_a && !ec_b && ca == cb;
+}
+
+// --out naming the journal, or a file SQLite keeps beside it: the resume would truncate or
+// append to the live database. Refused before anything is opened.
+void check_output_is_not_the_journal(const RunOptions& o) {
+  if (o.journal.empty()) return;
+  if (same_file(o.output, o.journal))
+    throw setup_error{"--out " + o.output + " and --journal " + o.journal +
+                      " name the same file: the results would overwrite the journal; choose "
+                      "another --out"};
+  for (const char* suffix : {"-wal", "-shm", "-journal"})
+    if (same_file(o.output, o.journal + suffix))
+      throw setup_error{"--out " + o.output + " is " + o.journal + suffix +
+                        ", a file SQLite keeps beside --journal " + o.journal +
+                        ": the results would corrupt the journal; choose another --out"};
 }
 
 std::unique_ptr<Provider> make_provider(const RunOptions& o, Transport& transport,
@@ -173,12 +211,17 @@ class BatchRun {
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](std::error_code ec, int) {
       if (ec) return;
-      interrupted_ = true;
-      std::fprintf(stderr, "\nlaneq: stopping: no new calls; finishing the calls in flight "
-                           "(signal again to quit at once)\n");
       signals.async_wait([](std::error_code e, int) {
         if (!e) ::_exit(130);  // the journal's committed state is safe as it is
       });
+      if (finishing_) {  // every line is done, the queue is draining: nothing left to stop
+        std::fprintf(stderr, "\nlaneq: finishing: every line is done (signal again to quit at "
+                             "once)\n");
+        return;
+      }
+      interrupted_ = true;
+      std::fprintf(stderr, "\nlaneq: stopping: no new calls; finishing the calls in flight "
+                           "(signal again to quit at once)\n");
       queue_->async_shutdown({.drain = false}, [this](std::error_code) { stopped(); });
     });
     signals_ = &signals;
@@ -200,7 +243,7 @@ class BatchRun {
     if (resume) {
       earlier_ = read_earlier_output(o_.output);
       // Outcomes the journal committed but the output missed (a crash between the two).
-      auto finished = list_finished();
+      auto finished = list_rows(JournalStateSet::finished());
       // A success the journal never finished is not from this journal's run: trusting it would
       // skip its line, running it again would write its custom_id twice. (A failure may be one
       // refused before it was journaled, e.g. exceeds_rate_limit: it stays as it is.)
@@ -211,6 +254,10 @@ class BatchRun {
           throw setup_error{o_.output + " holds a result for \"" + id + "\" that the journal " +
                             o_.journal + " does not: it is from another run; choose another " +
                             "--out, or the journal that run used"};
+      // Rows left open (pending, or in flight at a crash): the queue's recovery runs them and
+      // on_durable_result reports them. Their lines are not submitted again (count_lines).
+      for (const auto& rec : list_rows(JournalStateSet::open())) open_ids_.insert(rec.id);
+      cut_torn_line(o_.output, earlier_);  // the output is this run's: now it may be repaired
       out_ = open_output("ab");
       for (auto& rec : finished) {
         if (earlier_.results.contains(rec.id)) continue;
@@ -223,9 +270,10 @@ class BatchRun {
     }
   }
 
-  std::vector<JournalRecord> list_finished() {
+  // Before the loop runs: the queue's recovery has not started, so no row changes meanwhile.
+  std::vector<JournalRecord> list_rows(JournalStateSet states) {
     std::promise<std::pair<std::error_code, std::vector<JournalRecord>>> p;
-    queue_->journal()->list({.states = JournalStateSet::finished()},
+    queue_->journal()->list({.states = states},
                             [&](std::error_code ec, std::vector<JournalRecord> v) {
       p.set_value({ec, std::move(v)});
     });
@@ -255,14 +303,25 @@ class BatchRun {
       const std::size_t lane = lane_of(line.priority);
       lane_by_id_[line.custom_id] = lane;
       ++lanes_[lane].total;
-      if (const auto it = earlier_.results.find(line.custom_id); it != earlier_.results.end()) {
+      if (open_ids_.contains(line.custom_id)) {
+        // Its journal row is open: recovery runs it and reports it. Submitted again, it could
+        // be refused by an admission check that comes before the journal's duplicate check
+        // (exceeds_rate_limit, ...) and be reported twice. (An open row wins over an error line
+        // an earlier run wrote for it: a journal write error leaves the row open.)
+        ++recovered_count_;
+      } else if (const auto it = earlier_.results.find(line.custom_id); it != earlier_.results.end()) {
         ++earlier_count_;
         ++lanes_[lane].earlier;
+        counted_.insert(line.custom_id);
         count_done(lane, it->second);
       } else {
         to_submit_.push_back(i);
       }
     }
+    // Open rows of lines no longer in the file run too: counted from the start, so that the
+    // run does not finish (and shut the queue down) before they do.
+    for (const auto& id : open_ids_)
+      if (!lane_by_id_.contains(id)) ++state_.total;
   }
 
   std::size_t lane_of(int priority) const {
@@ -280,7 +339,8 @@ class BatchRun {
     std::fprintf(stderr,
                  "laneq: %zu lines from %s (%zu malformed, %zu done in an earlier run, %zu to run)\n"
                  "laneq: %s at %s, %lld workers, rate limits: %s%s\n",
-                 items_.size(), o_.input.c_str(), bad_, earlier_count_, to_submit_.size(),
+                 items_.size(), o_.input.c_str(), bad_, earlier_count_,
+                 to_submit_.size() + recovered_count_,
                  o_.provider.c_str(), base_url.empty() ? "its default URL" : base_url.c_str(),
                  static_cast<long long>(o_.workers), limits.c_str(),
                  o_.journal.empty() ? "" : (", journal " + o_.journal).c_str());
@@ -304,8 +364,8 @@ class BatchRun {
           std::move(line.request),
           {.priority = static_cast<Priority>(line.priority), .client = line.client, .durable = durable},
           [this, id = std::move(id)](std::error_code ec, Response r) {
-            // Recovered from the journal: it is already running, on_durable_result reports it.
-            if (ec == errc::duplicate_id) return;
+            // Lines with a journal row are not submitted (count_lines), so a duplicate_id is a
+            // result like any other: ignoring it would leave the run waiting for ever.
             if (ec == errc::shutting_down) return;  // never ran: the next run does it
             on_result(id, ec, r);
           });
@@ -316,9 +376,12 @@ class BatchRun {
   void on_result(const std::string& id, std::error_code ec, const Response& r) {
     write_line(result_line(id, ec, r));
     meter_.add(steady::now(), r.usage.total());
+    // Each id counts once, so done never passes total (a second report is not expected: it is
+    // written, as the later outcome, but not counted again).
+    if (!counted_.insert(id).second) return;
     std::optional<std::size_t> lane;
     if (const auto it = lane_by_id_.find(id); it != lane_by_id_.end()) lane = it->second;
-    else ++state_.total;  // a journaled request no longer in the file
+    else if (!open_ids_.contains(id)) ++state_.total;  // not expected: counted as it comes
     count_done(lane, !ec);
     maybe_finish();
   }
@@ -347,7 +410,10 @@ class BatchRun {
     queue_->async_shutdown({.drain = true}, [this](std::error_code) { stopped(); });
   }
 
+  // Once, though both shutdowns may complete (a signal during the final drain).
   void stopped() {
+    if (stopped_) return;
+    stopped_ = true;
     if (mock_) {
       mock_seen_ = mock_->stats();
       mock_->stop();
@@ -385,7 +451,7 @@ class BatchRun {
     s.rpm_limit = o_.rpm;
     s.tpm_limit = o_.tpm;
     s.rate_limited = queue_->metrics().total.rate_limited;
-    if (s.requests_per_s > 0) s.eta_s = static_cast<double>(s.total - s.done) / s.requests_per_s;
+    s.eta_s = meter_.eta_s(now, lines_left(state_));
     if (tty()) {
       std::fprintf(stderr, "\r\033[K%s%s", render_bar(s, terminal_width()).c_str(), last ? "\n" : "");
     } else if (!last || state_.done > 0) {
@@ -428,14 +494,13 @@ class BatchRun {
                    "429s sent: %s\n",
                    mock_seen_["requests"].dump().c_str(), mock_seen_["max_in_1s"].dump().c_str(),
                    mock_seen_["max_in_60s"].dump().c_str(), mock_seen_["sent_429"].dump().c_str());
-    if (interrupted_) {
-      const std::size_t left = state_.total - state_.done;
-      std::fprintf(stderr, "laneq: interrupted with %zu line(s) not run; %s\n", left,
+    const int code = run_exit_code(state_, interrupted_);
+    if (code == 130)
+      std::fprintf(stderr, "laneq: interrupted with %zu line(s) not run; %s\n",
+                   lines_left(state_),
                    o_.journal.empty() ? "run with --journal to be able to resume"
                                       : "run the same command again to resume");
-      return 130;
-    }
-    return state_.failed == 0 ? 0 : 1;
+    return code;
   }
 
   struct LaneCount {
@@ -448,11 +513,14 @@ class BatchRun {
   std::vector<std::variant<BatchLine, BadLine>> items_;
   std::vector<std::size_t> to_submit_;
   std::unordered_map<std::string, std::size_t> lane_by_id_;
+  std::unordered_set<std::string> open_ids_;  // the journal's open rows at the start (resume)
+  std::unordered_set<std::string> counted_;   // ids counted done (this run or an earlier one)
   std::vector<LaneCount> lanes_;
   EarlierOutput earlier_;
   ProgressState state_;
   RateMeter meter_;
   std::size_t bad_ = 0, earlier_count_ = 0;
+  std::size_t recovered_count_ = 0;  // lines whose open journal row recovery runs
   std::FILE* out_ = nullptr;
   RequestQueue* queue_ = nullptr;
   asio::signal_set* signals_ = nullptr;
@@ -462,12 +530,14 @@ class BatchRun {
   steady::time_point started_at_ = steady::now();
   bool interrupted_ = false;
   bool finishing_ = false;
+  bool stopped_ = false;
 };
 
 }  // namespace
 
 int run_batch(const RunOptions& options) {
   try {
+    check_output_is_not_the_journal(options);
     std::error_code ec;
     if (std::filesystem::equivalent(options.input, options.output, ec))
       throw setup_error{"--out " + options.output + " is the input file"};

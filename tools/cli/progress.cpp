@@ -49,6 +49,15 @@ std::string format_duration(double seconds) {
   return fmt("%lldh%02lldm", total / 3600, (total % 3600) / 60);
 }
 
+std::size_t lines_left(const ProgressState& s) noexcept {
+  return s.done < s.total ? s.total - s.done : 0;
+}
+
+int run_exit_code(const ProgressState& s, bool interrupted) noexcept {
+  if (lines_left(s) > 0) return interrupted ? 130 : 1;
+  return s.failed == 0 ? 0 : 1;
+}
+
 std::string render_bar(const ProgressState& s, std::size_t width) {
   const double frac = s.total == 0 ? 1.0 : static_cast<double>(s.done) / static_cast<double>(s.total);
   std::string tail = fmt(" %zu/%zu %3.0f%%", s.done, s.total, frac * 100.0);
@@ -107,14 +116,31 @@ void RateMeter::trim(std::chrono::steady_clock::time_point now) {
 double RateMeter::per_second(std::chrono::steady_clock::time_point now) {
   trim(now);
   if (!first_) return 0;
-  // Over the window, or over the time since the first completion while that is shorter.
-  const auto span = std::min(window_, now - *first_);
+  // Over the window, or over the time since the first completion while that is shorter. That
+  // interval starts at the first completion: the completions in it are the n - 1 after it
+  // (8 in 10 ms are 700/s, not 800/s; one alone is no rate yet).
+  const auto since_first = now - *first_;
+  const bool from_first = since_first <= window_;
+  const auto span = from_first ? since_first : window_;
   const double secs = std::chrono::duration<double>(span).count();
   if (secs <= 0) return 0;
   std::int64_t n = 0;
   for (const auto& b : buckets_)
     if (now - b.start <= span) n += b.count;
+  if (from_first) n = std::max<std::int64_t>(n - 1, 0);
   return static_cast<double>(n) / secs;
+}
+
+std::optional<double> RateMeter::eta_s(std::chrono::steady_clock::time_point now,
+                                       std::size_t left) {
+  if (left == 0) return 0.0;
+  if (!first_) return std::nullopt;
+  const auto span = std::min(window_, now - *first_);
+  if (span < std::min<std::chrono::steady_clock::duration>(window_, std::chrono::seconds(1)))
+    return std::nullopt;
+  const double rate = per_second(now);
+  if (rate <= 0) return std::nullopt;
+  return static_cast<double>(left) / rate;
 }
 
 std::int64_t RateMeter::tokens_last_minute(std::chrono::steady_clock::time_point now) {

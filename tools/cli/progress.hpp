@@ -33,6 +33,15 @@ struct ProgressState {
   std::optional<double> eta_s;       // when a rate is known
 };
 
+// Lines not finished yet: total - done, never below 0 (a count gone wrong must not wrap).
+std::size_t lines_left(const ProgressState& s) noexcept;
+
+// The exit code of `laneq run` (README): 130 when an interrupt left lines unrun; otherwise 0
+// if every line succeeded, 1 if one failed or was malformed (or, never expected, lines were
+// left without an interrupt). A signal during the final drain, every line done, is no
+// interruption.
+int run_exit_code(const ProgressState& s, bool interrupted) noexcept;
+
 // One line for a terminal, at most `width` columns (no newline; the caller redraws it with \r).
 std::string render_bar(const ProgressState& s, std::size_t width);
 // One self-contained line for a log.
@@ -52,7 +61,13 @@ class RateMeter {
   explicit RateMeter(std::chrono::steady_clock::duration window = std::chrono::seconds(10))
       : window_(window) {}
   void add(std::chrono::steady_clock::time_point now, std::int64_t tokens);
-  double per_second(std::chrono::steady_clock::time_point now);          // completions
+  // Completions per second over the window, or, while the first completion is younger than
+  // the window, over the time since it (not counting it: it starts that interval).
+  double per_second(std::chrono::steady_clock::time_point now);
+  // Seconds to finish `left` more at that rate: 0 when none is left; none while the rate rests
+  // on less than 1 s of completions (8 in the first 10 ms say little about the next 1000), or
+  // is 0.
+  std::optional<double> eta_s(std::chrono::steady_clock::time_point now, std::size_t left);
   std::int64_t tokens_last_minute(std::chrono::steady_clock::time_point now);
 
  private:
