@@ -1304,6 +1304,37 @@ TEST_CASE("async_submit keeps its state in the handler's associated allocator an
   CHECK(log.live.empty());  // everything handed out came back
 }
 
+TEST_CASE("a handler with a cancellation slot may run, and be cancelled, after the queue and its "
+          "io_context are gone",
+          "[queue][lifetime][cancel]") {
+  // The canceller in the handler's slot owned the queue's state: cleared on the handler's
+  // executor after the queue's io_context was destroyed, it destroyed the queue's strand and
+  // timer there, and a cancel emitted meanwhile posted to the dead strand (ASan: use after free).
+  asio::io_context other;  // the handler's: outlives the queue's
+  asio::cancellation_signal signal;
+  std::error_code seen = errc::internal;
+  bool called = false;
+  {
+    asio::io_context io;  // the queue's
+    laneq::SimulatedProvider provider({.latency = 0ms});
+    laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+    queue.start();
+    queue.async_submit(chat(), {},
+                       asio::bind_cancellation_slot(
+                           signal.slot(), asio::bind_executor(other, [&](std::error_code ec,
+                                                                         laneq::Response) {
+                             seen = ec;
+                             called = true;
+                           })));
+    // answered: its completion is posted to `other`, which has not run yet
+    run_until(io, [&] { return queue.metrics().total.succeeded == 1; });
+  }
+  signal.emit(asio::cancellation_type::terminal);  // too late: nothing to cancel, nowhere to go
+  other.run();
+  CHECK(called);
+  CHECK_FALSE(seen);
+}
+
 TEST_CASE("an op still held by a worker after its handler ran goes back to the handler's "
           "allocator on the handler's executor",
           "[queue][allocator][lifetime]") {

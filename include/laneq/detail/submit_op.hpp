@@ -287,8 +287,10 @@ class submit_op final : public submit_op_base {
   }
 
   // Cancellation: installed in the caller's slot at initiation; it only forwards to the strand.
-  // It shares the queue's state: a cancel may come after the RequestQueue was destroyed (which
-  // completes the op, but its handler has not run yet).
+  // It does not own the queue's state: the slot is cleared on the handler's executor, which may
+  // come after the queue's io_context is gone, and the last owner would destroy the queue's
+  // strand and timer there. A cancel after the queue's state is gone finds nothing to do: the
+  // RequestQueue's destruction completed every op.
   void install_cancellation(const std::shared_ptr<queue_impl>& q) {
     auto slot = asio::get_associated_cancellation_slot(b_.handler);
     if (slot.is_connected()) slot.template emplace<canceller>(q, this);
@@ -304,13 +306,14 @@ class submit_op final : public submit_op_base {
   };
 
   struct canceller {
-    std::shared_ptr<queue_impl> q;
+    std::weak_ptr<queue_impl> q;
     submit_op_base* op;
-    canceller(std::shared_ptr<queue_impl> queue, submit_op_base* o) : q(std::move(queue)), op(o) {}
+    canceller(const std::shared_ptr<queue_impl>& queue, submit_op_base* o) : q(queue), op(o) {}
     void operator()(asio::cancellation_type type) const {
-      if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) !=
+      if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) ==
           asio::cancellation_type::none)
-        queue_cancel(q.get(), op);
+        return;
+      if (const auto queue = q.lock()) queue_cancel(queue.get(), op);
     }
   };
 
