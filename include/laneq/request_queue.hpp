@@ -141,8 +141,11 @@ class RequestQueue {
 
   // Queues a request; completes with void(std::error_code, Response), exactly once, on the
   // handler's associated executor (default: the queue's executor).
-  // Errors: unknown_lane, queue_full, client_queue_full, shutting_down, exceeds_rate_limit (at
-  // submit); timeout, cancelled, shutting_down (later); provider errors from the last attempt
+  // Errors: bad_request (invalid options or extra), unknown_lane, queue_full,
+  // client_queue_full, shutting_down, exceeds_rate_limit, internal (a token estimator that
+  // threw), and for durable submits no_journal and duplicate_id (at submit); timeout,
+  // cancelled, shutting_down, not_started, journal (durable: its row could not be written),
+  // internal (an on_delta that threw) (later); provider errors from the last attempt
   // (retryable failures are retried first, see RetryPolicy). A timeout after a failed attempt
   // carries that attempt's Response (status, error type and message).
   // Cancellation (terminal/partial via the handler's cancellation slot): a waiting or queued
@@ -163,8 +166,10 @@ class RequestQueue {
   asio::awaitable<Response> submit(Request request, SubmitOptions options = {});
 
   // Stops admission (new submits fail with shutting_down); with drain, requests waiting for
-  // room, queued and in flight all finish; without, waiting and queued ones fail with
-  // shutting_down and in-flight ones finish. Completes void(std::error_code) once every
+  // room, queued, waiting on the rate limiter, waiting out a retry's back-off and in flight all
+  // finish; without, all but the calls in flight fail with shutting_down (nothing was sent for
+  // them), and in-flight calls finish (one that needs a retry then fails with shutting_down,
+  // carrying its last answer). Completes void(std::error_code) once every
   // worker has stopped; before start() there are no workers, so queued requests fail.
   template <class CompletionToken>
   auto async_shutdown(ShutdownOptions options, CompletionToken&& token) {
