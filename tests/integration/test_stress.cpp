@@ -37,6 +37,7 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
   auto slots = std::make_unique<Slot[]>(n);
   std::atomic<int> completed{0};
   std::atomic<int> ok{0}, timeout{0}, cancelled{0}, failed{0}, rejected{0};
+  std::atomic<int> off_strand{0};  // handlers run elsewhere than their associated strand
   const laneq::Priority prios[] = {laneq::Priority::critical, laneq::Priority::high,
                                    laneq::Priority::normal, laneq::Priority::low,
                                    laneq::Priority::background};
@@ -55,7 +56,8 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
             laneq::test::chat(), o,
             asio::bind_cancellation_slot(
                 slot.cancel.slot(),
-                asio::bind_executor(strand, [&, i](std::error_code ec, laneq::Response) {
+                asio::bind_executor(strand, [&, i, strand](std::error_code ec, laneq::Response) {
+                  if (!strand.running_in_this_thread()) ++off_strand;
                   Slot& sl = slots[i];
                   sl.ec = ec;
                   // (counted, checked after the join: Catch is not for io threads)
@@ -85,7 +87,9 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
   // What the header allows from any thread, while the loop runs the queue (TSan watches):
   // snapshots, their export, weights, the limiter's snapshot and (unchanged) limits.
   std::size_t observed = 0;  // checked after the join: Catch2's assertions are not thread-safe
+  bool gave_up = false;      // a lost completion: the loop is stopped, the test fails (no hang)
   std::thread observer([&] {
+    const auto give_up_at = std::chrono::steady_clock::now() + 120s;  // (CTest gives 300 s)
     int k = 0;
     do {  // once at least, however fast the loop is done
       const auto m = queue.metrics();
@@ -93,12 +97,20 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
       queue.set_client_weight("c" + std::to_string(k % 17), 1 + k % 3);
       (void)queue.limiter().snapshot();
       if (k++ % 16 == 0) queue.limiter().set_limits(limits);
+      if (std::chrono::steady_clock::now() > give_up_at) {
+        gave_up = true;
+        io.stop();
+        break;
+      }
       std::this_thread::yield();
     } while (completed.load() < n);
   });
   for (auto& t : threads) t.join();
   observer.join();
   CHECK(observed > 0);
+  INFO("completed " << completed.load() << " of " << n);
+  REQUIRE_FALSE(gave_up);
+  CHECK(off_strand == 0);
 
   CHECK(completed == n);
   for (int i = 0; i < n; ++i) REQUIRE(slots[i].completions.load() == 1);
