@@ -456,10 +456,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       detail::post(strand_, [self = shared_from_this()] { self->admit_intake(); });
   }
 
-  void post_cancel(op_ptr op) {
+  void post_cancel(op_ptr op, asio::cancellation_type type) {
     op->add_ref();
-    detail::post(strand_, [self = shared_from_this(), op = submit_op_base::ref<>(op)] {
-      self->cancel(op.get());
+    detail::post(strand_, [self = shared_from_this(), op = submit_op_base::ref<>(op), type] {
+      self->cancel(op.get(), type);
     });
   }
 
@@ -1273,7 +1273,15 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     op->complete(ec, std::move(resp));
   }
 
-  void cancel(op_ptr op) {
+  // Asio's cancellation types, by what the request has done: nothing sent yet (waiting, queued,
+  // waiting on the limiter) has no side effects, so any type removes it (total too); a request
+  // waiting out a retry's back-off made calls that failed, a state still well defined (partial
+  // or terminal); a call on the wire may or may not have been carried out by the server
+  // (terminal only).
+  void cancel(op_ptr op, asio::cancellation_type type) {
+    using ct = asio::cancellation_type;
+    const bool partial = (type & (ct::terminal | ct::partial)) != ct::none;
+    const bool terminal = (type & ct::terminal) != ct::none;
     switch (op->st) {
       case state::created: op->cancel_requested = true; return;  // admit() resolves it
       case state::journaling: op->cancel_requested = true; return;  // journaled() resolves it
@@ -1288,10 +1296,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         admit_waiters();
         break;
       case state::retry_wait:
+        if (!partial) return;
         retry_waits_.erase({last_errors_.at(op).at, op});
         finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::in_flight);
         break;
       case state::in_flight:
+        if (!terminal && call_sent(op)) return;
         op->cancel_requested = true;
         keep_for_worker(op);
         finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::in_flight);
@@ -1302,6 +1312,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // A draining shutdown may have waited for this one alone (a retry's back-off, with every
     // worker parked): nobody else would look again.
     check_shutdown();
+  }
+
+  // In flight and past the limiter: the provider has (or is about to have) the call.
+  bool call_sent(op_ptr op) const {
+    for (const auto& w : workers_)
+      if (w->current == op) return !w->acquiring;
+    return true;
   }
 
   void abort_call(op_ptr op) {
@@ -1491,7 +1508,9 @@ void durable_result_handler::operator()(std::error_code ec, Response r) {
 }
 
 void queue_admit(queue_impl* q, submit_op_base* op) { q->post_admit(op); }
-void queue_cancel(queue_impl* q, submit_op_base* op) { q->post_cancel(op); }
+void queue_cancel(queue_impl* q, submit_op_base* op, asio::cancellation_type type) {
+  q->post_cancel(op, type);
+}
 
 }  // namespace detail
 

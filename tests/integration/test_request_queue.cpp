@@ -680,6 +680,47 @@ TEST_CASE("a cancelled submit completes with cancelled through a bound cancellat
   CHECK(provider.aborted() == 1);
 }
 
+TEST_CASE("cancellation types as Asio means them: any type removes a request nothing was sent "
+          "for, only terminal aborts a call on the wire",
+          "[queue][cancel]") {
+  // total (no side effects) was ignored even for a queued request, which has none; partial
+  // (side effects well defined) aborted a call whose outcome at the server is unknown
+  using ct = asio::cancellation_type;
+  for (const ct type : {ct::total, ct::partial, ct::terminal}) {
+    INFO("type " << static_cast<int>(type));
+    asio::io_context io;
+    laneq::SimulatedProvider provider({.latency = 200ms});
+    laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+    queue.start();
+    asio::cancellation_signal in_flight, queued;
+    std::error_code first = errc::internal, second = errc::internal;
+    int done = 0;
+    const auto record = [&](std::error_code& into) {
+      return [&](std::error_code ec, laneq::Response) {
+        into = ec;
+        if (++done == 2) queue.async_shutdown({}, [](std::error_code) {});
+      };
+    };
+    queue.async_submit(chat("a"), {}, asio::bind_cancellation_slot(in_flight.slot(), record(first)));
+    queue.async_submit(chat("b"), {}, asio::bind_cancellation_slot(queued.slot(), record(second)));
+    asio::steady_timer t(io, 30ms);  // "a" on the wire, "b" queued behind it
+    t.async_wait([&](std::error_code) {
+      in_flight.emit(type);
+      queued.emit(type);
+    });
+    io.run();
+    CHECK(second == errc::cancelled);  // nothing was sent for it: any type
+    if (type == ct::terminal) {
+      CHECK(first == errc::cancelled);
+      CHECK(provider.aborted() == 1);
+    } else {
+      CHECK_FALSE(first);  // its call went on and answered
+      CHECK(provider.aborted() == 0);
+    }
+    CHECK(provider.calls() == 1);  // "b" never reached it
+  }
+}
+
 namespace {
 
 // Ignores cancellation and reads its Request when it answers, 50 ms later: the Request must stay

@@ -131,7 +131,7 @@ class untracked_work {
 
 // Defined in lib/request_queue.cpp.
 void queue_admit(queue_impl* q, submit_op_base* op);
-void queue_cancel(queue_impl* q, submit_op_base* op);
+void queue_cancel(queue_impl* q, submit_op_base* op, asio::cancellation_type type);
 
 struct submit_op_base {
   // journaling: a durable request's row is being committed (admission continues after).
@@ -310,10 +310,8 @@ class submit_op final : public submit_op_base {
     submit_op_base* op;
     canceller(const std::shared_ptr<queue_impl>& queue, submit_op_base* o) : q(queue), op(o) {}
     void operator()(asio::cancellation_type type) const {
-      if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) ==
-          asio::cancellation_type::none)
-        return;
-      if (const auto queue = q.lock()) queue_cancel(queue.get(), op);
+      if (type == asio::cancellation_type::none) return;
+      if (const auto queue = q.lock()) queue_cancel(queue.get(), op, type);  // it weighs `type`
     }
   };
 
