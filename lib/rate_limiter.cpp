@@ -44,12 +44,23 @@ std::int64_t& limit_field(RateLimits& l, kind k) {
   }
 }
 
+// The largest limit validate() allows.
+constexpr std::int64_t max_limit = std::int64_t{1} << 50;
+
+// A cost field as the budgets see it: a negative one is 0 (no refund, and input + output cannot
+// hide output behind a negative input); a huge one is max_limit + 1, more than any budget holds
+// (so exceeds_rate_limit, never a sum that overflows into a free grant).
+std::int64_t bounded(std::int64_t n) { return std::clamp<std::int64_t>(n, 0, max_limit + 1); }
+
+// Every entry point that takes a RateCost (initiate, try_acquire, fits, reconcile, and waiters
+// as serviced) reads it through here.
 std::int64_t cost_of(kind k, const RateCost& c) {
   switch (k) {
-    case k_requests: return c.requests;
-    case k_tokens: return c.input_tokens + c.output_tokens;
-    case k_input: return c.input_tokens;
-    case k_output: return c.output_tokens;
+    case k_requests: return bounded(c.requests);
+    case k_tokens:  // each term <= 2^50 + 1: the sum cannot overflow
+      return std::min(bounded(c.input_tokens) + bounded(c.output_tokens), max_limit + 1);
+    case k_input: return bounded(c.input_tokens);
+    case k_output: return bounded(c.output_tokens);
     default: return 0;
   }
 }
@@ -69,7 +80,7 @@ void validate(const RateLimits& l, const std::string& name) {
     throw std::system_error(make_error_code(errc::invalid_config),
                             "RateLimits::period must be at most a year (limiter \"" + name + "\")");
   for (std::size_t k = 0; k < k_count; ++k)
-    if (limits[k] > (std::int64_t{1} << 50))
+    if (limits[k] > max_limit)
       throw std::system_error(make_error_code(errc::invalid_config),
                               "RateLimits::" + std::string(kind_names[k]) + " must be at most 2^50 (limiter \"" +
                                   name + "\")");
@@ -394,7 +405,7 @@ void RateLimiter::observe(const RateLimitInfo& info) {
             1, static_cast<std::int64_t>(std::min<long double>(
                    static_cast<long double>(*b.limit) * s.limits.period.count() /
                        std::chrono::nanoseconds(std::chrono::minutes(1)).count(),
-                   static_cast<long double>(std::int64_t{1} << 50))));
+                   static_cast<long double>(max_limit))));
       }
       if (limits_of(adopted) != limits_of(s.limits)) s.apply(adopted);
     }

@@ -53,7 +53,8 @@ struct RateLimits {
   }
 };
 
-// What one call costs. `tokens` budgets are charged input + output.
+// What one call costs. `tokens` budgets are charged input + output. A negative field counts as
+// 0; one above 2^50 (the largest limit) as more than any budget: exceeds_rate_limit.
 struct RateCost {
   std::int64_t requests = 1;
   std::int64_t input_tokens = 0;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -338,6 +339,54 @@ TEST_CASE("a cost beyond a budget's whole limit fails with exceeds_rate_limit", 
     lim.async_acquire({.requests = 1, .output_tokens = 21}, 0, record(cb));
     io.run();
     CHECK(cb.ec == errc::exceeds_rate_limit);
+  }
+}
+
+TEST_CASE("a huge cost exceeds every budget and a negative cost field counts as zero",
+          "[limiter]") {
+  asio::io_context io;
+  constexpr std::int64_t huge = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t most = std::int64_t{1} << 50;  // RateLimits' largest limit
+
+  SECTION("INT64_MAX input and output: their sum never wraps into a free grant") {
+    RateLimiter lim(io.get_executor(), {.requests = 10, .tokens = 1000, .period = 10s});
+    const RateCost both{.requests = 1, .input_tokens = huge, .output_tokens = huge};
+    CHECK_FALSE(lim.fits({.requests = 1, .input_tokens = huge, .output_tokens = 1}));
+    CHECK_FALSE(lim.fits(both));
+    CHECK(lim.try_acquire(both) == 0);
+    Outcome cb;
+    lim.async_acquire(both, 0, record(cb));
+    io.run();
+    CHECK(cb.calls == 1);
+    CHECK(cb.ec == errc::exceeds_rate_limit);
+    CHECK(cb.ticket == 0);
+    const auto snap = lim.snapshot();
+    CHECK(snap.granted == 0);
+    REQUIRE(snap.budgets.size() == 2);
+    CHECK(snap.budgets[0].available == 10);  // the requests budget was not charged either
+  }
+  SECTION("INT64_MAX exceeds even budgets of the largest limit") {
+    RateLimiter lim(io.get_executor(), {.requests = most, .tokens = most, .input_tokens = most,
+                                        .output_tokens = most, .period = 10s});
+    CHECK(lim.fits({.requests = most, .input_tokens = most}));
+    CHECK_FALSE(lim.fits({.requests = huge}));
+    CHECK_FALSE(lim.fits({.requests = 1, .input_tokens = huge}));
+    CHECK_FALSE(lim.fits({.requests = 1, .output_tokens = huge}));
+    CHECK_FALSE(lim.fits({.requests = 1, .input_tokens = most, .output_tokens = 1}));
+    CHECK(lim.try_acquire({.requests = 1, .input_tokens = huge}) == 0);
+    CHECK(lim.snapshot().granted == 0);
+  }
+  SECTION("a negative field neither hides the other's tokens nor refunds") {
+    RateLimiter lim(io.get_executor(), {.tokens = 100, .period = 10s});
+    // input + output read 50 here: output's 1050 tokens hid behind a negative input
+    CHECK_FALSE(lim.fits({.requests = 1, .input_tokens = -1000, .output_tokens = 1050}));
+    CHECK(lim.try_acquire({.requests = 1, .input_tokens = -1000, .output_tokens = 1050}) == 0);
+    const RateCost estimate{.requests = 1, .input_tokens = -50, .output_tokens = 100};
+    const RateLimiter::Ticket ticket = lim.try_acquire(estimate);
+    REQUIRE(ticket != 0);
+    CHECK(lim.snapshot().budgets.at(0).available == 0);  // charged 100, not 50
+    lim.reconcile(ticket, estimate, {.requests = 1, .input_tokens = -1000, .output_tokens = 40});
+    CHECK(lim.snapshot().budgets.at(0).available == 60);  // used 40 of the 100
   }
 }
 
