@@ -83,6 +83,7 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
     Budget& b = budgets_[i];
     b.window.push_back({now, costs[i], ticket});
     b.spent += costs[i];
+    b.last_grant_at = now;
     if (b.spec.smooth) b.next_smooth = now + spacing(b, costs[i]);
   }
   return {.granted = true, .ready_at = now, .ticket = ticket};
@@ -124,10 +125,11 @@ void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration per
 }
 
 // Smooth mode: the wait still ahead after the last grant was spaced at the old rate; at the new
-// one it is (old limit / old period) / (new limit / new period) as long.
+// one it is (old limit / old period) / (new limit / new period) as long. Counted from the grant,
+// not the window's last entry: debt or the server's view may have been spent after it.
 void RateBudgets::respace(Budget& b, const BudgetSpec& old, const BudgetSpec& now) {
-  if (b.window.empty() || b.next_smooth <= b.window.back().at) return;
-  const TimePoint from = b.window.back().at;
+  if (b.next_smooth <= b.last_grant_at) return;  // no wait ahead (or never a grant)
+  const TimePoint from = b.last_grant_at;
   // In long double (64-bit mantissa: well under a nanosecond at a year's nanoseconds): the
   // product of the rest, a period and a limit overflows even int128 at a year and 2^50.
   const long double scaled =
@@ -142,12 +144,19 @@ void RateBudgets::take_history(std::size_t budget, RateBudgets& from, std::size_
   Budget& old = from.budgets_.at(from_budget);
   b.window = std::move(old.window);
   b.spent = old.spent;
+  b.last_grant_at = old.last_grant_at;
   old.spent = 0;
   if (b.spec.smooth && old.spec.smooth) {
     b.next_smooth = old.next_smooth;
     respace(b, old.spec, b.spec);
-  } else if (b.spec.smooth && !b.window.empty()) {  // newly smooth: spaced from the last grant
-    b.next_smooth = b.window.back().at + spacing(b, b.window.back().cost);
+  } else if (b.spec.smooth) {
+    // Newly smooth: spaced from the last grant still in the window, by what it cost (debt and
+    // the server's view, ticket 0, may come after it and are no grant).
+    for (auto it = b.window.rbegin(); it != b.window.rend(); ++it)
+      if (it->ticket != 0) {
+        b.next_smooth = it->at + spacing(b, it->cost);
+        break;
+      }
   }
 }
 

@@ -91,6 +91,7 @@ class RateBudgets {
     std::deque<Entry> window{};                   // grants not yet aged out, oldest first
     std::int64_t spent = 0;                       // sum of window costs
     TimePoint next_smooth{};                      // smooth: earliest next grant
+    TimePoint last_grant_at{};                    // respacing counts from it (not window.back())
   };
 
   void expire(Budget& b, TimePoint now);

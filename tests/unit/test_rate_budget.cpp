@@ -82,6 +82,51 @@ TEST_CASE("smooth mode: a limit changed between grants respaces the wait still a
   CHECK(t.try_acquire(c({1}), t0).ready_at <= t0 + 60s);
 }
 
+TEST_CASE("smooth mode: respacing counts from the last grant, not from debt or the server's "
+          "view spent after it",
+          "[rate_budget]") {
+  // 64 per 64 s: 1 s apart, halved to 2 s (powers of two keep respace()'s long double exact).
+  const BudgetSpec full{.name = "requests", .limit = 64, .period = 64s, .smooth = true};
+  BudgetSpec half = full;
+  half.limit = 32;
+
+  SECTION("a lower remaining count, then set_limit") {
+    RateBudgets b({full});
+    REQUIRE(b.try_acquire(c({1}), t0).granted);  // next at t0 + 1 s
+    b.lower_remaining(0, 53, t0 + 500ms);        // 10 units spent at t0 + 0.5 s, ticket 0
+    b.set_limit(0, 32, 64s);
+    // 1 s still ahead of the grant at t0 becomes 2 s (from t0 + 0.5 s it read t0 + 1.5 s)
+    CHECK(b.try_acquire(c({1}), t0 + 1s).ready_at == t0 + 2s);
+  }
+  SECTION("debt from a reconcile, then set_limit") {
+    RateBudgets b({full});
+    const auto aged = b.try_acquire(c({1}), t0);
+    REQUIRE(aged.granted);
+    REQUIRE(b.try_acquire(c({1}), t0 + 65s).granted);  // next at t0 + 66 s
+    b.reconcile(aged.ticket, 0, 1, 3, t0 + 65500ms);    // aged out: 2 as debt at t0 + 65.5 s
+    b.set_limit(0, 32, 64s);
+    CHECK(b.try_acquire(c({1}), t0 + 66s).ready_at == t0 + 67s);
+  }
+  SECTION("a lower remaining count, then budgets rebuilt at the new rate (take_history)") {
+    RateBudgets b({full});
+    REQUIRE(b.try_acquire(c({1}), t0).granted);
+    b.lower_remaining(0, 53, t0 + 500ms);
+    RateBudgets rebuilt({half}, b.next_ticket());
+    rebuilt.take_history(0, b, 0);
+    CHECK(rebuilt.try_acquire(c({1}), t0 + 1s).ready_at == t0 + 2s);
+  }
+  SECTION("newly smooth: spaced by the last grant, not by a later lower remaining count") {
+    BudgetSpec burst = full;
+    burst.smooth = false;
+    RateBudgets b({burst});
+    REQUIRE(b.try_acquire(c({1}), t0).granted);
+    b.lower_remaining(0, 53, t0 + 500ms);  // 10 units: spaced as a grant they read t0 + 10.5 s
+    RateBudgets rebuilt({full}, b.next_ticket());
+    rebuilt.take_history(0, b, 0);
+    CHECK(rebuilt.try_acquire(c({1}), t0 + 500ms).ready_at == t0 + 1s);
+  }
+}
+
 TEST_CASE("smooth mode: respacing at a year's period and a limit of 2^50 does not overflow",
           "[rate_budget]") {
   // rest x period x limit was computed in int128: ~5e47 here, far beyond its 1.7e38
