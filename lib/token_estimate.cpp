@@ -63,7 +63,10 @@ std::int64_t estimate_prompt_tokens(const Request& request) {
     wide.add(m.content);  // roles are the APIs' ASCII words
   }
   if (!request.extra.is_null()) {
-    const std::string extra = request.extra.dump();
+    // replace: the strict dump throws on invalid UTF-8 in a string, and a length is all the
+    // estimate needs. Each bad byte becomes U+FFFD, as in the body the providers send.
+    const std::string extra =
+        request.extra.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     bytes += static_cast<std::int64_t>(extra.size());
     wide.add(extra);
   }

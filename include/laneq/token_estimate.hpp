@@ -21,7 +21,8 @@ using PromptEstimator = std::function<std::int64_t(const Request&)>;
 // in UTF-8 (CJK and most other Asian scripts) at 1.5 tokens each and of 4 bytes (emoji) at 2,
 // where tokenizers give one or more per character; + 4 per message for the chat framing, + 3
 // for the reply's priming. It errs on the side of staying under the budget. `extra` JSON (tools,
-// response formats) is counted the same way from its serialized form.
+// response formats) is counted the same way from its serialized form (invalid UTF-8 in its
+// strings as U+FFFD, as providers are sent it).
 std::int64_t estimate_prompt_tokens(const Request& request);
 
 // prompt (by `prompt_estimator`, or the default) + max_tokens; when max_tokens is 0 (provider

@@ -71,3 +71,19 @@ TEST_CASE("non-ASCII text is overestimated, never under", "[tokens]") {
   // broken UTF-8 never counts below zero narrow bytes
   CHECK(laneq::estimate_prompt_tokens(Request{.messages = {{"", "\xf0"}}}) >= 2 + 4 + 3);
 }
+
+TEST_CASE("extra JSON with invalid UTF-8 is estimated, never below valid text of its length",
+          "[tokens]") {
+  // The strict dump threw json type_error 316 here; the queue reported the estimator as failed.
+  for (const std::size_t n : {std::size_t{1}, std::size_t{100}}) {
+    Request bad{.messages = {{"user", "hi"}}};
+    bad.extra = {{"x", std::string(n, '\xff')}};
+    Request good = bad;
+    good.extra = {{"x", std::string(n, 'a')}};
+    INFO("bytes: " << n);
+    std::int64_t estimate = 0;
+    CHECK_NOTHROW(estimate = laneq::estimate_prompt_tokens(bad));
+    CHECK(estimate >= laneq::estimate_prompt_tokens(good));
+    CHECK(laneq::estimate_tokens(bad).prompt == estimate);  // the queue's path
+  }
+}
