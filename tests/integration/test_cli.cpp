@@ -253,7 +253,7 @@ TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
 }
 
 TEST_CASE("input lines with fields of the wrong type, or a bad line reusing a custom_id, are "
-          "bad lines: the run goes on and every custom_id is in the output once",
+          "bad lines - the run goes on and every custom_id is in the output once",
           "[cli]") {
   TempDir dir;
   auto lines = good_lines(2);

@@ -405,7 +405,7 @@ TEST_CASE("a durable request for a full lane that rejects fails with queue_full 
   CHECK(provider.seen() == ids{"fills"});
 }
 
-TEST_CASE("an id already in the journal - pending or finished - is refused with duplicate_id: "
+TEST_CASE("an id already in the journal - pending or finished - is refused with duplicate_id - "
           "one acknowledgement, one report and one call each",
           "[durable][errors]") {
   TempDir dir("laneq-durable");
@@ -889,7 +889,7 @@ TEST_CASE("a queue destroyed before its io_context ran recovers nothing then: it
   CHECK(next.provider.seen() == ids{"e1"});
 }
 
-TEST_CASE("a durable submit cancelled while its row is being written, then the queue destroyed: "
+TEST_CASE("a durable submit cancelled while its row is being written, then the queue destroyed - "
           "its caller hears cancelled, once, and the row is committed as cancelled",
           "[durable][lifetime][cancel]") {
   TempDir dir("laneq-durable");

@@ -285,7 +285,7 @@ TEST_CASE("appended requests come back after a reopen in admission order with ev
   CHECK(j->stats().recovered_in_flight == 0);
 }
 
-TEST_CASE("a request or response holding a discarded JSON value is stored as null: the journal "
+TEST_CASE("a request or response holding a discarded JSON value is stored as null - the journal "
           "opens again",
           "[journal]") {
   TempDir dir;

@@ -336,7 +336,7 @@ class DrrModel {
 };
 }  // namespace
 
-TEST_CASE("DRR with arrivals, removals, requeues and weight changes at any time: the exact order "
+TEST_CASE("DRR with arrivals, removals, requeues and weight changes at any time - the exact order "
           "of turn-by-turn DRR, for costs below and far above quantum x weight",
           "[scheduler][property]") {
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
