@@ -91,10 +91,13 @@ void validate(const RateLimits& l, const std::string& name) {
 namespace detail {
 
 struct limiter_state : std::enable_shared_from_this<limiter_state> {
-  using key = std::pair<int, std::uint64_t>;  // (priority, arrival)
+  // (priority now, since, arrival): the map's first is the head
+  using key = std::tuple<int, steady::rep, std::uint64_t>;
   struct waiter {
     RateCost cost;
     RateLimiter::Completion done;
+    int priority = 0;            // as asked; an aging waiter's key holds what it has aged to
+    steady::duration age_step{0};
   };
   using ready_list = std::vector<std::pair<RateLimiter::Completion, std::pair<std::error_code,
                                                                               RateLimiter::Ticket>>>;
@@ -174,15 +177,47 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     return budgets.size() == 0 ? RateLimiter::unmetered_ticket : g.ticket;
   }
 
+  // An aging waiter's priority at `now` (RateLimiter's WaitRank; the scheduler's formula).
+  static int aged(int priority, steady::time_point since, steady::duration step,
+                  steady::time_point now) {
+    if (step.count() <= 0 || now <= since || priority <= 0) return priority;
+    const auto steps = (now - since) / step;
+    return steps >= priority ? 0 : priority - static_cast<int>(steps);
+  }
+
+  // Moves aging waiters up to the priority they have reached; returns when the next one
+  // improves again (never: none will), so the timer can look at the head again then.
+  steady::time_point reage(steady::time_point now) {
+    steady::time_point next = never;
+    for (auto& [arrival, k] : aging) {
+      auto it = waiters.find(k);
+      const steady::time_point since{steady::duration(std::get<1>(k))};
+      const int p = aged(it->second.priority, since, it->second.age_step, now);
+      if (p < std::get<0>(k)) {
+        auto node = waiters.extract(it);
+        k = key{p, std::get<1>(k), arrival};
+        node.key() = k;
+        waiters.insert(std::move(node));
+      }
+      if (p > 0) {
+        const auto stepped = now <= since ? 0 : (now - since) / it->second.age_step;
+        next = std::min(next, since + (stepped + 1) * it->second.age_step);
+      }
+    }
+    return next;
+  }
+
   void service_waiters(ready_list& ready) {
     const auto now = steady::now();
+    const auto next_aging = aging.empty() ? never : reage(now);
     while (!waiters.empty()) {
       auto it = waiters.begin();
       const auto g = budgets.try_acquire(costs(it->second.cost), now);
       if (!g.granted && !g.never) {
-        arm(g.ready_at);
+        arm(std::min(g.ready_at, next_aging));  // an aged waiter may become the head first
         return;
       }
+      if (it->second.age_step.count() > 0) aging.erase(std::get<2>(it->first));
       if (g.granted) ++granted;
       ready.emplace_back(std::move(it->second.done),
                          std::pair{g.never ? make_error_code(errc::exceeds_rate_limit)
@@ -246,6 +281,7 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
   std::array<std::size_t, k_count> index{};  // kind -> budget index, npos = none
   RateBudgets budgets;
   std::map<key, waiter> waiters;
+  std::map<std::uint64_t, key> aging;  // arrival -> current key, for waiters whose rank ages
   std::uint64_t next_arrival = 0;
   std::uint64_t granted = 0;
   std::uint64_t pauses = 0;
@@ -260,7 +296,7 @@ namespace {
 
 struct canceller {
   std::weak_ptr<detail::limiter_state> state;
-  detail::limiter_state::key key;
+  detail::limiter_state::key key;  // as placed: an aging waiter's is found through `aging`
 
   void operator()(asio::cancellation_type type) const {
     if ((type & asio::cancellation_type::all) == asio::cancellation_type::none) return;
@@ -270,7 +306,12 @@ struct canceller {
     RateLimiter::Completion done;
     {
       std::lock_guard lock(s->mu);
-      auto it = s->waiters.find(key);
+      auto k = key;
+      if (const auto a = s->aging.find(std::get<2>(key)); a != s->aging.end()) {
+        k = a->second;
+        s->aging.erase(a);
+      }
+      auto it = s->waiters.find(k);
       if (it == s->waiters.end()) return;  // granted already; its completion is on its way
       const bool was_head = it == s->waiters.begin();
       done = std::move(it->second.done);
@@ -297,12 +338,13 @@ RateLimiter::~RateLimiter() {
   {
     std::lock_guard lock(state_->mu);
     dropped.swap(state_->waiters);
+    state_->aging.clear();
     state_->disarm();
   }
   // `dropped` goes here, outside the lock: a handler's destructor may call back into us.
 }
 
-void RateLimiter::initiate(RateCost cost, int priority, asio::cancellation_slot slot,
+void RateLimiter::initiate(RateCost cost, WaitRank rank, asio::cancellation_slot slot,
                            Completion done) {
   auto& s = *state_;
   detail::limiter_state::ready_list ready;
@@ -315,8 +357,15 @@ void RateLimiter::initiate(RateCost cost, int priority, asio::cancellation_slot 
     } else if (const auto t = s.waiters.empty() ? s.grant_now(c) : Ticket{0}; t != 0) {
       ready.emplace_back(std::move(done), std::pair{std::error_code{}, t});
     } else {
-      const detail::limiter_state::key key{priority, s.next_arrival++};
-      s.waiters.emplace(key, detail::limiter_state::waiter{cost, std::move(done)});
+      const auto now = steady::now();
+      const auto since = rank.since == steady::time_point{} ? now : rank.since;
+      const auto arrival = s.next_arrival++;
+      const detail::limiter_state::key key{
+          detail::limiter_state::aged(rank.priority, since, rank.age_step, now),
+          since.time_since_epoch().count(), arrival};
+      s.waiters.emplace(key, detail::limiter_state::waiter{cost, std::move(done), rank.priority,
+                                                           rank.age_step});
+      if (rank.age_step.count() > 0 && std::get<0>(key) > 0) s.aging.emplace(arrival, key);
       if (slot.is_connected()) slot.emplace<canceller>(canceller{state_, key});
       if (s.waiters.begin()->first == key) s.service(ready);
       s.refresh();

@@ -1009,7 +1009,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         if (ticket == 0) {
           w.acquiring = true;
           std::tie(ec, ticket) = co_await lim.async_acquire(
-              estimate, limiter_priority(*op, now),
+              estimate, limiter_rank(*op),
               asio::bind_cancellation_slot(w.signal.slot(), asio::experimental::as_tuple(on_strand)));
           w.acquiring = false;
           granted = steady::now();
@@ -1045,11 +1045,14 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (--workers_alive_ == 0) finish_shutdown();
   }
 
-  // A request's place among the limiter's waiters: its lane's rank, improved by aging as the
-  // scheduler does, so a request that aged past newer, better-ranked ones does not wait behind
-  // them again at the limiter (its aging bound holds when the budget is the bottleneck).
-  int limiter_priority(const submit_op_base& op, steady::time_point now) const {
-    return static_cast<int>(sched_.effective_rank(op.lane, op.submitted_at, now));
+  // A request's place among the limiter's waiters: its lane's rank, aging there as in the
+  // scheduler (from its submit, one step per the lane's age_step), and older first among
+  // equals. So a request that aged past newer, better-ranked ones does not wait behind them
+  // again at the limiter, nor does one that reached it unaged starve there behind a stream of
+  // better-ranked ones: its aging bound holds when the budget is the bottleneck.
+  WaitRank limiter_rank(const submit_op_base& op) const {
+    return {.priority = static_cast<int>(op.lane), .since = op.submitted_at,
+            .age_step = sched_.lane(op.lane).age_step};
   }
 
   void begin_attempt(worker& w, op_ptr op, steady::time_point now) {

@@ -61,6 +61,15 @@ struct RateCost {
   std::int64_t output_tokens = 0;
 };
 
+// A waiter's place in line: lower priority first; among equals, the one waiting since earlier.
+// With age_step, its priority improves one step per age_step waited since `since`, down to 0
+// (as the queue's lanes age), so a waiter that aged is not kept behind newer, better-ranked ones.
+struct WaitRank {
+  int priority = 0;
+  std::chrono::steady_clock::time_point since{};  // default: when it starts to wait
+  std::chrono::steady_clock::duration age_step{0};  // 0 = no aging
+};
+
 namespace detail {
 struct limiter_state;
 }
@@ -86,8 +95,13 @@ class RateLimiter {
   // wait drops them without calling them: destroy it after its io_context stopped running.
   template <class CompletionToken>
   auto async_acquire(RateCost cost, int priority, CompletionToken&& token) {
+    return async_acquire(cost, WaitRank{.priority = priority},
+                         std::forward<CompletionToken>(token));
+  }
+  template <class CompletionToken>
+  auto async_acquire(RateCost cost, WaitRank rank, CompletionToken&& token) {
     return asio::async_initiate<CompletionToken, void(std::error_code, Ticket)>(
-        [this](auto handler, RateCost c, int p) {
+        [this](auto handler, RateCost c, WaitRank p) {
           auto slot = asio::get_associated_cancellation_slot(handler);
           // Tracked: the handler's context stays busy while the request waits.
           executor_type ex = asio::prefer(asio::get_associated_executor(handler, executor_),
@@ -102,7 +116,7 @@ class RateLimiter {
                      });
                    }));
         },
-        token, cost, priority);
+        token, cost, rank);
   }
 
   // Coroutine convenience: throws std::system_error on failure.
@@ -141,7 +155,7 @@ class RateLimiter {
   executor_type get_executor() const noexcept { return executor_; }
 
  private:
-  void initiate(RateCost cost, int priority, asio::cancellation_slot slot, Completion done);
+  void initiate(RateCost cost, WaitRank rank, asio::cancellation_slot slot, Completion done);
 
   executor_type executor_;
   std::shared_ptr<detail::limiter_state> state_;

@@ -22,6 +22,7 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -182,6 +183,67 @@ TEST_CASE("a waiter with a lower priority number is served before earlier, less 
     CHECK(x.calls == 1);
     CHECK_FALSE(x.ec);
   }
+}
+
+TEST_CASE("an aging waiter moves up while it waits, and among equals the one waiting longer goes "
+          "first",
+          "[limiter][aging]") {
+  asio::io_context io;
+  RateLimiter lim(io.get_executor(), {.requests = 1, .period = 200ms});
+  REQUIRE(lim.try_acquire({}) != 0);  // spent: everyone below waits ~200 ms
+  const auto t0 = Clock::now();
+  std::vector<int> order;
+  Outcome o[4];
+  // priority 3, one step per 20 ms: level with 0 after 60 ms, long before the next grant
+  lim.async_acquire({}, laneq::WaitRank{.priority = 3, .since = t0, .age_step = 20ms},
+                    record(o[0], &order, 0));
+  lim.async_acquire({}, 0, record(o[1], &order, 1));  // urgent, but it came later
+  // already aged to 0 when it arrives: older than both
+  lim.async_acquire({}, laneq::WaitRank{.priority = 4, .since = t0 - 10s, .age_step = 1s},
+                    record(o[2], &order, 2));
+  // aging too slowly to matter: 1 s per step
+  lim.async_acquire({}, laneq::WaitRank{.priority = 2, .since = t0, .age_step = 1s},
+                    record(o[3], &order, 3));
+  io.run();
+  CHECK(order == std::vector<int>{2, 0, 1, 3});
+  for (const auto& x : o) CHECK_FALSE(x.ec);
+}
+
+TEST_CASE("a waiter whose rank aged is cancelled by its slot, and an aged head is served at its "
+          "aging step",
+          "[limiter][aging][cancel]") {
+  asio::io_context io;
+  // tokens: a large urgent head waits for its tokens (1 s); behind it, a small aging one
+  RateLimiter lim(io.get_executor(), {.tokens = 100, .period = 1s});
+  REQUIRE(lim.try_acquire(tokens(60)) != 0);
+  const auto t0 = Clock::now();
+  asio::cancellation_signal sig;
+  std::vector<int> order;
+  Outcome big, aging, cancelled;
+  lim.async_acquire(tokens(90), 0, record(big, &order, 90));
+  // its rank (5) drops one step per 50 ms; once at 0 it is older than the head (since t0 - 1ms)
+  // and its 30 fit: granted at the step that levels it, ~250 ms, not when the head is (1 s)
+  lim.async_acquire(tokens(30),
+                    laneq::WaitRank{.priority = 5, .since = t0 - 1ms, .age_step = 50ms},
+                    record(aging, &order, 30));
+  lim.async_acquire(tokens(5),
+                    laneq::WaitRank{.priority = 5, .since = t0 + 100ms, .age_step = 10ms},
+                    asio::bind_cancellation_slot(sig.slot(), record(cancelled, &order, 5)));
+  asio::steady_timer t(io, 120ms);
+  t.async_wait([&](std::error_code) {
+    lim.set_limits({.tokens = 100, .period = 1s});  // a pass over the waiters: ranks move
+    sig.emit(asio::cancellation_type::terminal);   // found where its rank took it
+  });
+  io.run();
+  CHECK(cancelled.calls == 1);
+  CHECK(cancelled.ec == asio::error::operation_aborted);
+  CHECK(order == std::vector<int>{5, 30, 90});
+  CHECK_FALSE(aging.ec);
+  CHECK(ms(aging.at - t0) >= 240);
+  CHECK(ms(aging.at - t0) < 900);  // not behind the head's 1 s
+  CHECK_FALSE(big.ec);
+  CHECK(ms(big.at - t0) >= 990);
+  CHECK(lim.snapshot().waiting == 0);
 }
 
 TEST_CASE("no barging: a small request waits behind a large head that waits for its tokens",

@@ -271,17 +271,22 @@ TEST_CASE("with aging, a background request is served within its bound under con
   });
 }
 
+// Two workers, the background lane aging one step per `age_step`, one start per `period`.
+static laneq::QueueConfig aging_background(std::chrono::milliseconds age_step,
+                                           std::chrono::milliseconds period) {
+  auto lanes = laneq::default_lanes();
+  lanes[4].age_step = age_step;
+  return {.workers = 2, .lanes = lanes, .rate_limits = {.requests = 1, .period = period}};
+}
+
 TEST_CASE("with aging, a background request keeps its bound when the rate limit is the "
-          "bottleneck: it does not wait behind newer critical requests at the limiter",
+          "bottleneck - it does not wait behind newer critical requests at the limiter",
           "[queue][aging][limits]") {
   asio::io_context io;
   RecordingProvider provider;
-  auto lanes = laneq::default_lanes();
-  lanes[4].age_step = 50ms;  // background: level with critical after 200 ms
-  // one start per 100 ms, two workers: one waits at the limiter while the other's call runs
-  laneq::RequestQueue queue(io.get_executor(), provider,
-                            {.workers = 2, .lanes = lanes,
-                             .rate_limits = {.requests = 1, .period = 100ms}});
+  // background level with critical after 200 ms; one start per 100 ms, two workers: one waits
+  // at the limiter while the other's call runs
+  laneq::RequestQueue queue(io.get_executor(), provider, aging_background(50ms, 100ms));
   int done = 0;
   queue.async_submit(chat("background"), {.priority = Priority::background},
                      [&](std::error_code, auto) { ++done; });
@@ -301,6 +306,35 @@ TEST_CASE("with aging, a background request keeps its bound when the rate limit 
   CHECK(at <= 8);
   queue.async_shutdown({.drain = false}, [](std::error_code) {});
   io.run();
+}
+
+TEST_CASE("with aging, a background request that reached the limiter unaged ages there too - "
+          "newer critical requests do not starve it",
+          "[queue][aging][limits]") {
+  // Its rank was fixed when it reached the limiter (4, the critical lane empty then): every
+  // critical request taken after it went ahead at rank 0, until its deadline.
+  asio::io_context io;
+  RecordingProvider provider;
+  // background level with critical after 80 ms; one start per 150 ms
+  laneq::RequestQueue queue(io.get_executor(), provider, aging_background(20ms, 150ms));
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    co_await queue.submit(chat("warm"), {.priority = Priority::critical});  // the budget is spent
+    queue.async_submit(chat("background"), {.priority = Priority::background},
+                       [](std::error_code, auto) {});
+    // taken by a worker (nothing better queued), it waits at the limiter
+    co_await laneq::test::wait_until([&] { return queue.limiter().snapshot().waiting == 1; });
+    for (int i = 0; i < 10; ++i)  // then a stream of critical work, newer than it
+      queue.async_submit(chat("critical"), {.priority = Priority::critical},
+                         [](std::error_code, auto) {});
+    co_await laneq::test::wait_until([&] { return provider.seen().size() >= 3; });
+    co_await queue.shutdown({.drain = false});
+  });
+  const auto seen = provider.seen();
+  REQUIRE(seen.size() >= 3);
+  CHECK(seen[0] == "warm");
+  // aged to rank 0 by the next grant (150 ms), it wins the tie by being older
+  CHECK(seen[1] == "background");
 }
 
 TEST_CASE("reserved workers keep a worker free for critical requests", "[queue][reserved]") {
@@ -413,7 +447,7 @@ TEST_CASE("a critical request that waited for room while the reserved worker was
   io.run();
 }
 
-TEST_CASE("when room appears, waiters go in by lane (with aging), not by arrival: a critical "
+TEST_CASE("when room appears, waiters go in by lane (with aging), not by arrival - a critical "
           "waiter goes before batch work that waited longer",
           "[queue][backpressure]") {
   asio::io_context io;
@@ -587,7 +621,7 @@ TEST_CASE("a request that expires in a queue whose start() was never called fail
 }
 
 TEST_CASE("a request whose deadline passed before the queue's timer could run (a busy loop) is "
-          "not handed to a worker: it expires, and a drain shutdown still ends",
+          "not handed to a worker - it expires, and a drain shutdown still ends",
           "[queue][deadline]") {
   asio::io_context io;
   RecordingProvider provider({.latency = 10ms});
@@ -1627,7 +1661,7 @@ TEST_CASE("detail::post runs the function later, on the strand when given one - 
   CHECK(ran == std::vector<std::string>{"any(io)", "any(io, tracked)", "any(strand)", "io", "strand"});
 }
 
-TEST_CASE("co_await (queue.submit(...) || timer) cancels the submit when the timer wins: the "
+TEST_CASE("co_await (queue.submit(...) || timer) cancels the submit when the timer wins - the "
           "queued request is removed and never reaches the provider",
           "[queue][cancel]") {
   asio::io_context io;
