@@ -951,6 +951,15 @@ TEST_CASE("shutdown with drain finishes queued work - submits after it fail with
   CHECK(provider.calls() == 20);
 }
 
+// n submits at once, counting those that succeed and those dropped by a shutdown.
+static void submit_counting(laneq::RequestQueue& queue, int n, int& ok, int& dropped) {
+  for (int i = 0; i < n; ++i)
+    queue.async_submit(chat(), {}, [&ok, &dropped](std::error_code ec, auto) {
+      if (!ec) ++ok;
+      if (ec == errc::shutting_down) ++dropped;
+    });
+}
+
 TEST_CASE("shutdown without drain fails queued work and lets in-flight calls finish",
           "[queue][shutdown]") {
   asio::io_context io;
@@ -960,17 +969,69 @@ TEST_CASE("shutdown without drain fails queued work and lets in-flight calls fin
   queue.start();
   int ok = 0, dropped = 0;
   run(io, [&]() -> asio::awaitable<void> {
-    for (int i = 0; i < 10; ++i)
-      queue.async_submit(chat(), {}, [&](std::error_code ec, auto) {
-        if (!ec) ++ok;
-        if (ec == errc::shutting_down) ++dropped;
-      });
+    submit_counting(queue, 10, ok, dropped);
     co_await laneq::test::wait_until([&] { return provider.in_flight() == 2; });
     co_await queue.shutdown({.drain = false});
   });
   CHECK(ok == 2);
   CHECK(dropped == 8);
   CHECK(provider.calls() == 2);
+}
+
+TEST_CASE("a second shutdown without drain turns a draining one into one without, and both "
+          "complete",
+          "[queue][shutdown]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 500ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  int ok = 0, dropped = 0, shutdowns = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  run(io, [&]() -> asio::awaitable<void> {
+    submit_counting(queue, 6, ok, dropped);
+    co_await laneq::test::wait_until([&] { return provider.in_flight() == 1; });
+    queue.async_shutdown({.drain = true}, [&](std::error_code ec) {  // would take 3 s
+      CHECK_FALSE(ec);
+      ++shutdowns;
+    });
+    co_await queue.shutdown({.drain = false});  // changes its mind
+    ++shutdowns;
+  });
+  CHECK(shutdowns == 2);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2500ms);  // not the 3 s of a drain
+  CHECK(ok == 1);        // the call in flight
+  CHECK(dropped == 5);   // the queued ones, not run
+  CHECK(provider.calls() == 1);
+}
+
+TEST_CASE("a request waiting for room is removed by its cancellation slot and never reaches the "
+          "provider",
+          "[queue][cancel][backpressure]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 300ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .max_pending = 1});
+  queue.start();
+  asio::cancellation_signal sig;
+  std::error_code waiting_ec = errc::internal;
+  int ok = 0;
+  run(io, [&]() -> asio::awaitable<void> {
+    queue.async_submit(chat("a"), {}, [&](std::error_code ec, auto) { ok += !ec; });
+    co_await laneq::test::wait_until([&] { return provider.in_flight() == 1; });
+    queue.async_submit(chat("b"), {}, [&](std::error_code ec, auto) { ok += !ec; });  // queued
+    queue.async_submit(chat("c"), {}, asio::bind_cancellation_slot(sig.slot(),
+                                          [&](std::error_code ec, auto) { waiting_ec = ec; }));
+    co_await laneq::test::wait_until([&] { return queue.metrics().total.waiting == 1; });
+    sig.emit(asio::cancellation_type::total);  // nothing sent for it: any type
+    co_await laneq::test::wait_until([&] { return waiting_ec != errc::internal; });
+    CHECK(queue.metrics().total.waiting == 0);
+    co_await queue.shutdown();  // drains a and b
+  });
+  CHECK(waiting_ec == errc::cancelled);
+  CHECK(ok == 2);
+  CHECK(provider.calls() == 2);
+  const auto m = queue.metrics();
+  CHECK(m.total.cancelled == 1);
+  CHECK(m.total.submitted == m.total.succeeded + m.total.cancelled);
 }
 
 TEST_CASE("shutdown without drain: a call in flight that fails retryably is not tried again",
