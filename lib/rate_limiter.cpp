@@ -358,16 +358,25 @@ void RateLimiter::initiate(RateCost cost, WaitRank rank, asio::cancellation_slot
       ready.emplace_back(std::move(done), std::pair{std::error_code{}, t});
     } else {
       const auto now = steady::now();
-      const auto since = rank.since == steady::time_point{} ? now : rank.since;
+      // Bounded so that the aging arithmetic cannot overflow: a step of a century or more is no
+      // aging; `since` within a century of now.
+      constexpr steady::duration century = std::chrono::hours(24 * 365 * 100);
+      if (rank.age_step >= century) rank.age_step = steady::duration::zero();
+      const auto since = rank.since == steady::time_point{}
+                             ? now
+                             : std::clamp(rank.since, now - century, now + century);
       const auto arrival = s.next_arrival++;
       const detail::limiter_state::key key{
           detail::limiter_state::aged(rank.priority, since, rank.age_step, now),
           since.time_since_epoch().count(), arrival};
       s.waiters.emplace(key, detail::limiter_state::waiter{cost, std::move(done), rank.priority,
                                                            rank.age_step});
-      if (rank.age_step.count() > 0 && std::get<0>(key) > 0) s.aging.emplace(arrival, key);
+      const bool ages = rank.age_step.count() > 0 && std::get<0>(key) > 0;
+      if (ages) s.aging.emplace(arrival, key);
       if (slot.is_connected()) slot.emplace<canceller>(canceller{state_, key});
-      if (s.waiters.begin()->first == key) s.service(ready);
+      // The head changed, or an aging waiter came: the timer must also wake at its next step
+      // (service re-arms for the earlier of the head's ready time and that).
+      if (ages || s.waiters.begin()->first == key) s.service(ready);
       s.refresh();
     }
   }

@@ -2,11 +2,12 @@
 // RateLimiter: the async face of RateBudgets. `co_await limiter.acquire(cost)` completes when
 // every budget allows the cost; the queue's workers await it before each call.
 //
-// Waiting policy: strict head of line. Waiters are served in (priority, arrival) order and only
-// the head may be granted: a later, smaller request never barges past a large one that waits
-// for its tokens, so nothing starves. Priority is the lane's (lower = sooner), so a critical
-// request that reaches the limiter waits behind no batch request. One timer, armed for exactly
-// the head's ready time: no polling, no wake-up that cannot grant.
+// Waiting policy: strict head of line. Waiters are served in (priority, since, arrival) order
+// and only the head may be granted: a later, smaller request never barges past a large one
+// that waits for its tokens, so nothing starves. Priority is the lane's (lower = sooner), so a
+// critical request that reaches the limiter waits behind no batch request; a waiter with a
+// WaitRank::age_step moves up while it waits. One timer, armed for the head's ready time, or
+// the next aging step when that comes first: no polling.
 //
 // Thread-safe: any thread may call any member. Completions run on the handler's associated
 // executor, never inline. Cancellation (the handler's slot, any type) removes a waiter and

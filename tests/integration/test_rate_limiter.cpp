@@ -209,8 +209,8 @@ TEST_CASE("an aging waiter moves up while it waits, and among equals the one wai
   for (const auto& x : o) CHECK_FALSE(x.ec);
 }
 
-TEST_CASE("a waiter whose rank aged is cancelled by its slot, and an aged head is served at its "
-          "aging step",
+TEST_CASE("a waiter whose rank aged is cancelled by its slot, and an aging waiter behind the head "
+          "is served at its aging step",
           "[limiter][aging][cancel]") {
   asio::io_context io;
   // tokens: a large urgent head waits for its tokens (1 s); behind it, a small aging one
@@ -231,8 +231,7 @@ TEST_CASE("a waiter whose rank aged is cancelled by its slot, and an aged head i
                     asio::bind_cancellation_slot(sig.slot(), record(cancelled, &order, 5)));
   asio::steady_timer t(io, 120ms);
   t.async_wait([&](std::error_code) {
-    lim.set_limits({.tokens = 100, .period = 1s});  // a pass over the waiters: ranks move
-    sig.emit(asio::cancellation_type::terminal);   // found where its rank took it
+    sig.emit(asio::cancellation_type::terminal);  // found where its rank took it (by 110 ms)
   });
   io.run();
   CHECK(cancelled.calls == 1);
@@ -242,7 +241,7 @@ TEST_CASE("a waiter whose rank aged is cancelled by its slot, and an aged head i
   CHECK(ms(aging.at - t0) >= 240);
   CHECK(ms(aging.at - t0) < 900);  // not behind the head's 1 s
   CHECK_FALSE(big.ec);
-  CHECK(ms(big.at - t0) >= 990);
+  CHECK(ms(big.at - t0) >= 990);  // (its 90 fit once the 60 and the 30 age out: ~1.25 s)
   CHECK(lim.snapshot().waiting == 0);
 }
 
