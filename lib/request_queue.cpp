@@ -1174,11 +1174,17 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // clock, must not stop everything either; the next start asks the server again).
   void observe_capped(RateLimiter& lim, const RateLimitInfo& info) const {
     const auto cap = cfg_.retry.retry_after_limit();
+    if (cap.count() <= 0) {  // no holds at all: an exhausted bucket neither pauses nor spends
+      RateLimitInfo unheld = info;
+      for (auto* b : {&unheld.requests, &unheld.tokens, &unheld.input_tokens, &unheld.output_tokens})
+        if (b->remaining == 0) b->remaining.reset();
+      return lim.observe(unheld);
+    }
     // (an exhausted bucket whose reset is past holds past_reset_hold: capped as well)
     const auto over = [&](const RateLimitInfo::Bucket& b) {
       return b.reset_after && (*b.reset_after > cap ||
                                (b.reset_after->count() <= 0 && b.remaining == 0 &&
-                                cap < RateLimiter::past_reset_hold && cap.count() > 0));
+                                cap < RateLimiter::past_reset_hold));
     };
     if (!over(info.requests) && !over(info.tokens) && !over(info.input_tokens) &&
         !over(info.output_tokens))
@@ -1277,14 +1283,15 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   // Asio's cancellation types, by what the request has done: nothing sent yet (waiting, queued,
-  // waiting on the limiter) has no side effects, so any type removes it (total too); a request
-  // waiting out a retry's back-off made calls that failed, a state still well defined (partial
-  // or terminal); a call on the wire may or may not have been carried out by the server
-  // (terminal only).
+  // waiting on the limiter, no attempt made) has no side effects, so any type removes it (total
+  // too); a request that made calls which failed (waiting out a retry's back-off, or queued or
+  // at the limiter again for its retry) is in a state still well defined (partial or
+  // terminal); a call on the wire may or may not have been carried out (terminal only).
   void cancel(op_ptr op, asio::cancellation_type type) {
     using ct = asio::cancellation_type;
     const bool partial = (type & (ct::terminal | ct::partial)) != ct::none;
     const bool terminal = (type & ct::terminal) != ct::none;
+    if (!partial && op->attempts > 0) return;  // total: calls were made
     switch (op->st) {
       case state::created: op->cancel_requested = true; return;  // admit() resolves it
       case state::journaling: op->cancel_requested = true; return;  // journaled() resolves it
@@ -1298,8 +1305,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::queued);
         admit_waiters();
         break;
-      case state::retry_wait:
-        if (!partial) return;
+      case state::retry_wait:  // (attempts > 0: partial or terminal, checked above)
         retry_waits_.erase({last_errors_.at(op).at, op});
         finish(op, errc::cancelled, Metrics::Outcome::cancelled, Metrics::From::in_flight);
         break;

@@ -224,6 +224,44 @@ TEST_CASE("an exhausted bucket whose reset is already past holds starts a moment
   CHECK(held < 900ms);   // ...but capped at max_retry_after
 }
 
+TEST_CASE("max_retry_after = 0 holds no start for an exhausted bucket", "[queue][limits][retry]") {
+  // (the reset was capped to 0, which then read as "past": a 1 s hold)
+  CHECK(held_after_exhausted("20s", 0ms) < 500ms);
+  CHECK(held_after_exhausted("0s", 0ms) < 500ms);
+}
+
+TEST_CASE("a retry queued again after a 429 is not cancelled by total (calls were made), "
+          "by partial it is",
+          "[queue][cancel][retry]") {
+  using ct = asio::cancellation_type;
+  for (const ct type : {ct::total, ct::partial}) {
+    INFO("type " << static_cast<int>(type));
+    asio::io_context io;
+    laneq::SimulatedProvider provider({.latency = 5ms});
+    provider.script({.error = errc::rate_limited, .status = 429, .headers = retry_after_ms(300)});
+    laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+    queue.start();
+    asio::cancellation_signal sig;
+    std::error_code got = errc::internal;
+    run(io, [&]() -> asio::awaitable<void> {
+      queue.async_submit(chat(), {}, asio::bind_cancellation_slot(sig.slot(),
+                                         [&](std::error_code ec, auto) { got = ec; }));
+      // the 429 came back: queued again at its place, held by the limiter's pause
+      co_await laneq::test::wait_until([&] { return queue.metrics().total.rate_limited == 1; });
+      sig.emit(type);
+      co_await laneq::test::wait_until([&] { return got != errc::internal; });
+      co_await queue.shutdown();
+    });
+    if (type == ct::total) {
+      CHECK_FALSE(got);  // retried after the pause, and answered
+      CHECK(provider.calls() == 2);
+    } else {
+      CHECK(got == errc::cancelled);
+      CHECK(provider.calls() == 1);
+    }
+  }
+}
+
 TEST_CASE("max_retry_after = milliseconds::max() means always honour retry-after, not never",
           "[queue][limits][retry]") {
   asio::io_context io;

@@ -81,7 +81,7 @@ Scheduler::Item retry_between_backlogs(Scheduler& s, std::size_t lane) {
     refused += r.status != Scheduler::PushStatus::ok;
     lost += !s.remove(r.id);
   }
-  CHECK(std::chrono::steady_clock::now() - t < 1s);
+  CHECK(std::chrono::steady_clock::now() - t < 2s);  // (a walk: ~5 s)
   CHECK(refused == 0);
   CHECK(lost == 0);
   return *item;
@@ -622,7 +622,7 @@ TEST_CASE("many retries of one client go back in its FIFO order without walking 
     refused += s.push({.lane = 0, .client = "x", .payload = item.payload,
                        .enqueued_at = item.enqueued_at, .seq = item.seq})
                    .status != Scheduler::PushStatus::ok;
-  CHECK(std::chrono::steady_clock::now() - t < 1s);
+  CHECK(std::chrono::steady_clock::now() - t < 2s);  // (a walk: ~5 s)
   CHECK(refused == 0);
   // FIFO as if they had never left, with a newcomer after all of them
   REQUIRE(s.push({.lane = 0, .client = "x", .payload = queued + 1, .enqueued_at = t0}).status ==
