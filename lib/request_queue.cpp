@@ -619,8 +619,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   // Admitted: into the scheduler, or the waiting list when it is full.
   void place(op_ptr op) {
-    if (must_wait(op)) return wait_for_room(op);
-    enqueue(op, false, sched_.full());  // full: for the reserved worker, past capacity
+    // A durable request counted as waiting while its row was written (start_journaling).
+    const bool counted = op->st == state::journaling;
+    if (must_wait(op)) return wait_for_room(op, counted);
+    enqueue(op, counted, sched_.full());  // full: for the reserved worker, past capacity
     hand_out();
   }
 
@@ -639,11 +641,14 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     return lane_when_full_[op->lane] == WhenFull::reject && !(op->durable && op->durable->row > 0);
   }
 
-  void wait_for_room(op_ptr op) {
-    if (refused_when_full(op)) return reject(op, errc::queue_full);
+  void wait_for_room(op_ptr op, bool counted) {
+    if (refused_when_full(op)) {
+      if (!counted) return reject(op, errc::queue_full);
+      return finish(op, errc::queue_full, Metrics::Outcome::rejected, Metrics::From::waiting);
+    }
     op->st = state::waiting;
     waiting_.push(op);
-    metrics_.waiting(op->lane, op->client_ref);
+    if (!counted) metrics_.waiting(op->lane, op->client_ref);
     if (op->deadline != never) {
       wait_deadlines_.emplace(op->deadline, op);
       arm_timer(op->deadline);
@@ -658,6 +663,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->request.id.empty()) op->request.id = make_request_id();
     op->st = state::journaling;
     ++journaling_;
+    // Counted as waiting until its row is committed: the books balance meanwhile too
+    // (submitted = outcomes + waiting + depth + in flight).
+    metrics_.waiting(op->lane, op->client_ref);
     const auto wall = std::chrono::system_clock::now();
     JournalRecord rec{.id = op->request.id,
                       .priority = static_cast<int>(op->options.priority),
@@ -677,13 +685,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void journaled(op_ptr op, std::error_code ec, std::int64_t row) {
     --journaling_;
     if (ec) {  // not acknowledged (duplicate_id, or the journal failed): nothing runs
-      metrics_.rejected(op->lane, op->client_ref);
+      metrics_.finished(op->lane, op->client_ref, Metrics::Outcome::rejected,
+                        Metrics::From::waiting, {});
       op->complete(ec, Response{});
     } else {
       op->durable->row = row;
       if (op->durable->ack) std::exchange(op->durable->ack, nullptr)({}, op->request.id);
       if (op->cancel_requested || (stopping_ && (!drain_ || !started_))) {
-        metrics_.waiting(op->lane, op->client_ref);
         finish(op, op->cancel_requested ? errc::cancelled : errc::shutting_down,
                Metrics::Outcome::cancelled, Metrics::From::waiting);
       } else {

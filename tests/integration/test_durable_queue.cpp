@@ -276,6 +276,48 @@ TEST_CASE("a durable submit is committed with its outcome before the caller resu
   CHECK(provider.calls() == 2);
 }
 
+TEST_CASE("the books balance while durable requests wait for their rows - they count as waiting",
+          "[durable][metrics]") {
+  // submitted was counted at once, and the request appeared in no gauge until its row was
+  // committed: submitted != outcomes + waiting + depth + in flight during every group commit
+  TempDir dir("laneq-durable");
+  asio::io_context io;  // one thread: every look below sees the queue between two of its steps
+  laneq::SimulatedProvider provider({.latency = 1ms});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .journal = {.path = dir.file("q.db")}});
+  queue.start();
+  constexpr int n = 200;
+  int done = 0, looks = 0, unbalanced = 0, saw_waiting = 0;
+  run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < n; ++i)
+      queue.async_submit(request("r" + std::to_string(i)), {.durable = true},
+                         [&](std::error_code ec, laneq::Response) {
+                           CHECK_FALSE(ec);
+                           ++done;
+                         });
+    auto ex = co_await asio::this_coro::executor;
+    const auto give_up = steady::now() + 60s;
+    while (done < n && steady::now() < give_up) {
+      const auto t = queue.metrics().total;
+      ++looks;
+      saw_waiting += t.waiting > 0;
+      const auto accounted = t.succeeded + t.failed + t.rejected + t.expired + t.cancelled +
+                             t.waiting + t.depth + t.in_flight;
+      unbalanced += t.submitted != accounted;
+      co_await asio::post(ex, asio::use_awaitable);
+    }
+    co_await queue.shutdown();
+  });
+  CHECK(done == n);
+  CHECK(looks > 0);
+  CHECK(saw_waiting > 0);  // (rows being written were seen)
+  CHECK(unbalanced == 0);
+  const auto t = queue.metrics().total;
+  CHECK(t.submitted == static_cast<std::uint64_t>(n));
+  CHECK(t.succeeded == static_cast<std::uint64_t>(n));
+  CHECK(t.waiting == 0);
+}
+
 // --- async_enqueue and its errors ----------------------------------------------------------------
 
 TEST_CASE("async_enqueue acknowledges with the given or a made-up id once the row is committed "
