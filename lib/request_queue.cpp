@@ -618,11 +618,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   // Admitted: into the scheduler, or the waiting list when it is full.
+  // Counted: a durable request counted as waiting while its row was written (start_journaling).
+  // A template argument: the submit path's `false` folds away.
+  template <bool Counted = false>
   void place(op_ptr op) {
-    // A durable request counted as waiting while its row was written (start_journaling).
-    const bool counted = op->st == state::journaling;
-    if (must_wait(op)) return wait_for_room(op, counted);
-    enqueue(op, counted, sched_.full());  // full: for the reserved worker, past capacity
+    if (must_wait(op)) return wait_for_room(op, Counted);
+    enqueue(op, Counted, sched_.full());  // full: for the reserved worker, past capacity
     hand_out();
   }
 
@@ -695,7 +696,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         finish(op, op->cancel_requested ? errc::cancelled : errc::shutting_down,
                Metrics::Outcome::cancelled, Metrics::From::waiting);
       } else {
-        place(op);
+        place<true>(op);
       }
     }
     check_shutdown();
