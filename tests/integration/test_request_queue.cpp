@@ -1361,6 +1361,7 @@ namespace {
 struct allocation_log {
   std::map<void*, std::size_t> live;  // block -> bytes
   std::size_t allocations = 0;
+  std::size_t refuse = 0;  // that allocation (1-based) throws std::bad_alloc; 0 = none
   std::function<bool()> right_place = [] { return true; };  // checked at every deallocation
   std::size_t wrong_place = 0;
   std::size_t largest = 0;
@@ -1377,6 +1378,10 @@ struct logging_allocator {
   template <class U>
   logging_allocator(const logging_allocator<U>& o) noexcept : log(o.log) {}
   T* allocate(std::size_t n) {
+    if (log->allocations + 1 == log->refuse) {
+      log->refuse = 0;
+      throw std::bad_alloc();
+    }
     T* p = std::allocator<T>().allocate(n);
     log->live.emplace(p, n * sizeof(T));
     ++log->allocations;
@@ -1469,6 +1474,40 @@ TEST_CASE("a handler with a cancellation slot may run, and be cancelled, after t
   other.run();
   CHECK(called);
   CHECK_FALSE(seen);
+}
+
+TEST_CASE("a handler's allocator that refuses the Response's block or the post does not lose "
+          "the handler",
+          "[queue][allocator]") {
+  // The completion went out through the handler's allocator only: a bounded pool that said no
+  // threw out of the worker, and the handler never ran (its io_context never returned).
+  for (const std::size_t refused : {2, 3}) {  // 1: the op (at submit); 2: the Response; 3: the post
+    INFO("refused allocation " << refused);
+    allocation_log log;
+    log.refuse = refused;
+    asio::io_context io;
+    laneq::SimulatedProvider provider({.latency = 0ms});
+    laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+    queue.start();
+    int calls = 0;
+    std::error_code got = errc::internal;
+    std::string text;
+    queue.async_submit(chat(), {},
+                       asio::bind_allocator(logging_allocator<void>(&log),
+                                            [&](std::error_code ec, laneq::Response r) {
+                                              ++calls;
+                                              got = ec;
+                                              text = r.text;
+                                            }));
+    run_until(io, [&] { return calls == 1; });
+    queue.async_shutdown({}, [](std::error_code) {});
+    io.run();
+    CHECK(calls == 1);
+    CHECK_FALSE(got);
+    CHECK(text == "simulated");
+    CHECK(log.refuse == 0);     // (the refusal happened)
+    CHECK(log.live.empty());    // what it did hand out came back
+  }
 }
 
 TEST_CASE("an op still held by a worker after its handler ran goes back to the handler's "

@@ -132,6 +132,8 @@ class untracked_work {
 // Defined in lib/request_queue.cpp.
 void queue_admit(queue_impl* q, submit_op_base* op);
 void queue_cancel(queue_impl* q, submit_op_base* op, asio::cancellation_type type);
+// The Response box a refused completion post hands back (submit_op::post_boxed), per thread.
+inline thread_local void* refused_box = nullptr;
 
 struct submit_op_base {
   // journaling: a durable request's row is being committed (admission continues after).
@@ -349,13 +351,78 @@ class submit_op final : public submit_op_base {
     }
   };
 
+  // A post that was refused hands its box back instead of freeing it (see post_boxed).
+  struct guarded_invoker : invoker {
+    explicit guarded_invoker(invoker&& i) : invoker(std::move(i)) {}
+    guarded_invoker(guarded_invoker&&) = default;
+    ~guarded_invoker() {
+      if (this->response && this->response.get() == refused_box) {
+        refused_box = nullptr;
+        (void)this->response.release();
+      }
+    }
+  };
+
   void post_completion(std::error_code ec, Response&& r) override {
+    static_assert(std::is_nothrow_move_constructible_v<Response>);
+    if constexpr (gives_back_anywhere) {  // std::allocator: only an out-of-memory refuses
+      response_alloc a(alloc_);
+      Response* box = std::allocator_traits<response_alloc>::allocate(a, 1);
+      ::new (static_cast<void*>(box)) Response(std::move(r));
+      std::unique_ptr<Response, response_deleter> response(box, response_deleter{a});
+      detail::post(b_.work.get_executor(), invoker{ref<submit_op>(this), ec, std::move(response)});
+    } else {
+      // A caller's allocator may refuse (a bounded pool): the handler must not be lost to it.
+      // Then the Response and the post go on the heap instead. (Asio allocates its operation
+      // before it moves the function in, so a refused post leaves the invoker whole.)
+      bool posted = false;
+      try {
+        posted = post_boxed(ec, r);
+      } catch (...) {  // the box was refused: `r` is untouched
+      }
+      if (!posted) post_on_heap(ec, std::move(r));
+    }
+  }
+
+  // In a box from the handler's allocator; false (the Response back in `r`) if the post was
+  // refused. Asio 1.22 moves the function before it allocates its operation, and a refusal
+  // destroys that copy: while posting, the box's address is in `refused_box`, and an invoker
+  // destroyed holding it gives it back instead of freeing it.
+  bool post_boxed(std::error_code ec, Response& r) {
     response_alloc a(alloc_);
     Response* box = std::allocator_traits<response_alloc>::allocate(a, 1);
-    static_assert(std::is_nothrow_move_constructible_v<Response>);
     ::new (static_cast<void*>(box)) Response(std::move(r));
-    std::unique_ptr<Response, response_deleter> response(box, response_deleter{a});
-    detail::post(b_.work.get_executor(), invoker{ref<submit_op>(this), ec, std::move(response)});
+    std::unique_ptr<Response, response_deleter> boxed(box, response_deleter{a});
+    refused_box = box;
+    try {
+      detail::post(b_.work.get_executor(),
+                   guarded_invoker(invoker{ref<submit_op>(this), ec, std::move(boxed)}));
+    } catch (...) {
+      const bool handed_back = refused_box == nullptr;
+      refused_box = nullptr;
+      if (handed_back) {
+        std::unique_ptr<Response, response_deleter> back(box, response_deleter{a});
+        r = std::move(*back);
+      }
+      return false;
+    }
+    refused_box = nullptr;
+    return true;
+  }
+
+  struct heap_invoker {  // no associated allocator: Asio's default
+    ref<submit_op> op;
+    std::error_code ec;
+    std::unique_ptr<Response> response;
+    void operator()() {
+      Response r(std::move(*response));
+      response.reset();
+      op.release()->invoke(ec, std::move(r));
+    }
+  };
+  void post_on_heap(std::error_code ec, Response&& r) {
+    detail::post(b_.work.get_executor(),
+                 heap_invoker{ref<submit_op>(this), ec, std::make_unique<Response>(std::move(r))});
   }
 
   void invoke(std::error_code ec, Response&& r) {
