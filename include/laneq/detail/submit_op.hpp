@@ -351,7 +351,8 @@ class submit_op final : public submit_op_base {
     }
   };
 
-  // A post that was refused hands its box back instead of freeing it (see post_boxed).
+  // A post that was refused hands its box, and the op's reference it carries, back instead of
+  // freeing them (see post_boxed).
   struct guarded_invoker : invoker {
     explicit guarded_invoker(invoker&& i) : invoker(std::move(i)) {}
     guarded_invoker(guarded_invoker&&) = default;
@@ -359,6 +360,7 @@ class submit_op final : public submit_op_base {
       if (this->response && this->response.get() == refused_box) {
         refused_box = nullptr;
         (void)this->response.release();
+        (void)this->op.release();
       }
     }
   };
@@ -398,13 +400,13 @@ class submit_op final : public submit_op_base {
       detail::post(b_.work.get_executor(),
                    guarded_invoker(invoker{ref<submit_op>(this), ec, std::move(boxed)}));
     } catch (...) {
-      const bool handed_back = refused_box == nullptr;
-      refused_box = nullptr;
-      if (handed_back) {
-        std::unique_ptr<Response, response_deleter> back(box, response_deleter{a});
-        r = std::move(*back);
+      if (refused_box != nullptr) {  // not handed back: the function lives on where it is
+        refused_box = nullptr;
+        return true;
       }
-      return false;
+      std::unique_ptr<Response, response_deleter> back(box, response_deleter{a});
+      r = std::move(*back);
+      return false;  // and the op's reference is ours again, for the heap's post
     }
     refused_box = nullptr;
     return true;
