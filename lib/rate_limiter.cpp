@@ -434,7 +434,7 @@ void RateLimiter::observe(const Headers& headers) {
   observe(parse_rate_limit_headers(headers, std::chrono::system_clock::now()));
 }
 
-void RateLimiter::observe(const RateLimitInfo& info) {
+void RateLimiter::observe(const RateLimitInfo& info, std::chrono::nanoseconds max_hold) {
   if (!info.requests.any() && !info.tokens.any() && !info.input_tokens.any() &&
       !info.output_tokens.any())
     return;  // nothing about budgets (retry-after alone is the retry policy's)
@@ -474,8 +474,12 @@ void RateLimiter::observe(const RateLimitInfo& info) {
       // now or past by our clock (Anthropic's whole-second resets, a clock ahead of the
       // server's, OpenAI's "0s") still said 0 left: a short hold, after which the server's next
       // answer tells, instead of calls straight into 429s.
-      if (b.remaining && *b.remaining == 0 && b.reset_after)
-        s.pause(b.reset_after->count() > 0 ? *b.reset_after : std::chrono::nanoseconds(past_reset_hold));
+      const bool exhausted = b.remaining && *b.remaining == 0;
+      if (exhausted && max_hold.count() <= 0) continue;  // no holds: nor spent
+      if (exhausted && b.reset_after)
+        s.pause(std::min(b.reset_after->count() > 0 ? *b.reset_after
+                                                    : std::chrono::nanoseconds(past_reset_hold),
+                         max_hold));
       if (i == detail::limiter_state::npos) continue;
       // `remaining` counts the server's minute; it only compares with a per-minute budget. An
       // exhausted bucket with a reset paused above; without one (missing, unreadable) the

@@ -1130,7 +1130,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // meanwhile, the server's answer holds for the others).
     if (d.pause_all) lim.pause_for(std::min(d.delay, cfg_.retry.retry_after_limit()));
     lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
-    observe_capped(lim, info);
+    // The server's view; an exhausted bucket holds every start no longer than a request would
+    // wait for its own retry (the next start asks the server again).
+    lim.observe(info, cfg_.retry.retry_after_limit());
     if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
     resp.attempts = op->attempts;
@@ -1176,32 +1178,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     op->st = state::retry_wait;
     retry_waits_.emplace(at, op);
     arm_timer(at);
-  }
-
-  // The limiter adopts the server's view, except that an exhausted bucket holds every start no
-  // longer than a request would wait for its own retry (a reset hours ahead, e.g. from a skewed
-  // clock, must not stop everything either; the next start asks the server again).
-  void observe_capped(RateLimiter& lim, const RateLimitInfo& info) const {
-    const auto cap = cfg_.retry.retry_after_limit();
-    if (cap.count() <= 0) {  // no holds at all: an exhausted bucket neither pauses nor spends
-      RateLimitInfo unheld = info;
-      for (auto* b : {&unheld.requests, &unheld.tokens, &unheld.input_tokens, &unheld.output_tokens})
-        if (b->remaining == 0) b->remaining.reset();
-      return lim.observe(unheld);
-    }
-    // (an exhausted bucket whose reset is past holds past_reset_hold: capped as well)
-    const auto over = [&](const RateLimitInfo::Bucket& b) {
-      return b.reset_after && (*b.reset_after > cap ||
-                               (b.reset_after->count() <= 0 && b.remaining == 0 &&
-                                cap < RateLimiter::past_reset_hold));
-    };
-    if (!over(info.requests) && !over(info.tokens) && !over(info.input_tokens) &&
-        !over(info.output_tokens))
-      return lim.observe(info);
-    RateLimitInfo capped = info;
-    for (auto* b : {&capped.requests, &capped.tokens, &capped.input_tokens, &capped.output_tokens})
-      if (over(*b)) b->reset_after = cap;
-    lim.observe(capped);
   }
 
   // What the call cost in the end. Success: the reported usage (the estimate when none came).

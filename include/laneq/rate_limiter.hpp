@@ -136,10 +136,13 @@ class RateLimiter {
 
   // The server's view from a response's rate-limit headers: lowers what remains (a bucket at 0
   // pauses until its reset, or past_reset_hold when that reset is due or past by our clock),
-  // and with adopt_server_limits takes over its limits.
+  // and with adopt_server_limits takes over its limits. An exhausted bucket holds grants at
+  // most `max_hold` (a reset hours ahead from a skewed clock must not stop everything); with
+  // max_hold <= 0 it neither holds nor spends the budget.
   static constexpr std::chrono::seconds past_reset_hold{1};
   void observe(const Headers& headers);
-  void observe(const RateLimitInfo& info);  // the same, already parsed
+  void observe(const RateLimitInfo& info,  // the same, already parsed
+               std::chrono::nanoseconds max_hold = std::chrono::nanoseconds::max());
 
   // Holds every grant for `d` from now (a 429 / 529): one pause for all waiters. At most 24 h
   // (a longer `d` is taken as 24 h: a server's absurd reset must not stop a process for good).
