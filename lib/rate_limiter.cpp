@@ -15,6 +15,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "laneq/detail/aging.hpp"
 #include "laneq/error.hpp"
 #include "laneq/rate_budget.hpp"
 #include "laneq/rate_limit_headers.hpp"
@@ -177,12 +178,10 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     return budgets.size() == 0 ? RateLimiter::unmetered_ticket : g.ticket;
   }
 
-  // An aging waiter's priority at `now` (RateLimiter's WaitRank; the scheduler's formula).
+  // An aging waiter's priority at `now` (RateLimiter's WaitRank), as the scheduler ages lanes.
   static int aged(int priority, steady::time_point since, steady::duration step,
                   steady::time_point now) {
-    if (step.count() <= 0 || now <= since || priority <= 0) return priority;
-    const auto steps = (now - since) / step;
-    return steps >= priority ? 0 : priority - static_cast<int>(steps);
+    return static_cast<int>(detail::aged_rank(priority, since, step, now));
   }
 
   // Moves aging waiters up to the priority they have reached; returns when the next one

@@ -1,6 +1,7 @@
 #include "laneq/scheduler.hpp"
 
 #include "indexed_heap.hpp"
+#include "laneq/detail/aging.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -302,10 +303,8 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
 
 std::int64_t Scheduler::effective_rank(std::size_t lane, TimePoint enqueued_at,
                                        TimePoint now) const noexcept {
-  const Duration step = lanes_[lane].spec.age_step;
-  const auto rank = static_cast<std::int64_t>(lane);
-  if (step.count() <= 0 || now <= enqueued_at) return rank;
-  return std::max<std::int64_t>(0, rank - (now - enqueued_at) / step);
+  return detail::aged_rank(static_cast<std::int64_t>(lane), enqueued_at, lanes_[lane].spec.age_step,
+                           now);
 }
 
 void Scheduler::heap_push(std::uint32_t slot, TimePoint deadline) {
