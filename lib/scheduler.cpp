@@ -114,6 +114,25 @@ void Scheduler::append(std::uint32_t slot, std::uint32_t& head, std::uint32_t& t
 // heavy client's backlog and older than another's). A node's position lives in the prev link
 // of the list it stays out of. ---
 
+// Into / out of such a heap; the node's position lives in its link `pos` (cl_prev, lane_prev).
+template <std::uint32_t Scheduler::Node::*pos>
+void Scheduler::seq_heap_push(std::vector<SeqEntry>& h, std::uint32_t slot) {
+  detail::heap_push(h, SeqEntry{nodes_[slot].seq, slot}, seq_before,
+                    [&](std::size_t p, const SeqEntry& e) {
+                      h[p] = e;
+                      nodes_[e.slot].*pos = static_cast<std::uint32_t>(p);
+                    });
+}
+
+template <std::uint32_t Scheduler::Node::*pos>
+void Scheduler::seq_heap_erase(std::vector<SeqEntry>& h, std::uint32_t slot) {
+  detail::heap_erase(h, nodes_[slot].*pos, seq_before, [&](std::size_t p, const SeqEntry& e) {
+    h[p] = e;
+    nodes_[e.slot].*pos = static_cast<std::uint32_t>(p);
+  });
+  if (h.empty() && h.capacity() > shrink_behind_above) std::vector<SeqEntry>().swap(h);
+}
+
 void Scheduler::push_behind_client(std::size_t l, std::uint32_t c, std::uint32_t slot) {
   ClientLane& q = clients_[c].lanes[l];
   if (q.behind == npos) {
@@ -126,21 +145,12 @@ void Scheduler::push_behind_client(std::size_t l, std::uint32_t c, std::uint32_t
     }
   }
   nodes_[slot].behind |= in_client_heap;
-  detail::heap_push(behind_heaps_[q.behind], SeqEntry{nodes_[slot].seq, slot}, seq_before,
-                    [this, h = q.behind](std::size_t p, const SeqEntry& e) {
-                      behind_heaps_[h][p] = e;
-                      nodes_[e.slot].cl_prev = static_cast<std::uint32_t>(p);
-                    });
+  seq_heap_push<&Node::cl_prev>(behind_heaps_[q.behind], slot);
 }
 
 void Scheduler::erase_behind_client(ClientLane& q, std::uint32_t slot) {
-  std::vector<SeqEntry>& h = behind_heaps_[q.behind];
-  detail::heap_erase(h, nodes_[slot].cl_prev, seq_before, [&](std::size_t p, const SeqEntry& e) {
-    h[p] = e;
-    nodes_[e.slot].cl_prev = static_cast<std::uint32_t>(p);
-  });
-  if (h.empty()) {  // given back: a client-lane holds a heap only while it has requeued items
-    if (h.capacity() > shrink_behind_above) std::vector<SeqEntry>().swap(h);  // after a burst
+  seq_heap_erase<&Node::cl_prev>(behind_heaps_[q.behind], slot);
+  if (behind_heaps_[q.behind].empty()) {  // a client-lane holds a heap only while it needs one
     free_behind_heaps_.push_back(q.behind);
     q.behind = npos;
   }
@@ -148,21 +158,7 @@ void Scheduler::erase_behind_client(ClientLane& q, std::uint32_t slot) {
 
 void Scheduler::push_behind_lane(std::size_t l, std::uint32_t slot) {
   nodes_[slot].behind |= in_lane_heap;
-  detail::heap_push(lanes_[l].behind, SeqEntry{nodes_[slot].seq, slot}, seq_before,
-                    [this, l](std::size_t p, const SeqEntry& e) {
-                      lanes_[l].behind[p] = e;
-                      nodes_[e.slot].lane_prev = static_cast<std::uint32_t>(p);
-                    });
-}
-
-void Scheduler::erase_behind_lane(Lane& lane, std::uint32_t slot) {
-  detail::heap_erase(lane.behind, nodes_[slot].lane_prev, seq_before,
-                     [&](std::size_t p, const SeqEntry& e) {
-                       lane.behind[p] = e;
-                       nodes_[e.slot].lane_prev = static_cast<std::uint32_t>(p);
-                     });
-  if (lane.behind.empty() && lane.behind.capacity() > shrink_behind_above)
-    std::vector<SeqEntry>().swap(lane.behind);
+  seq_heap_push<&Node::lane_prev>(lanes_[l].behind, slot);
 }
 
 Scheduler::PushResult Scheduler::push(const PushArgs& a) {
@@ -257,7 +253,7 @@ Scheduler::Item Scheduler::unlink(std::uint32_t slot) {
 
   if (aging_mask_ != 0) {
     if (n.behind & in_lane_heap) [[unlikely]] {
-      erase_behind_lane(lane, slot);
+      seq_heap_erase<&Node::lane_prev>(lane.behind, slot);
     } else {
       if (n.lane_prev != npos) nodes_[n.lane_prev].lane_next = n.lane_next; else lane.head = n.lane_next;
       if (n.lane_next != npos) nodes_[n.lane_next].lane_prev = n.lane_prev; else lane.tail = n.lane_prev;

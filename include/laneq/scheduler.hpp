@@ -268,7 +268,10 @@ class Scheduler {
   [[gnu::noinline]] void push_behind_client(std::size_t lane, std::uint32_t client, std::uint32_t slot);
   [[gnu::noinline]] void push_behind_lane(std::size_t lane, std::uint32_t slot);
   void erase_behind_client(ClientLane& q, std::uint32_t slot);
-  void erase_behind_lane(Lane& lane, std::uint32_t slot);
+  template <std::uint32_t Node::*pos>
+  void seq_heap_push(std::vector<SeqEntry>& h, std::uint32_t slot);
+  template <std::uint32_t Node::*pos>
+  void seq_heap_erase(std::vector<SeqEntry>& h, std::uint32_t slot);
   // The oldest of a list (its head) and its heap of requeued items.
   std::uint32_t oldest(std::uint32_t head, const std::vector<SeqEntry>* behind) const noexcept {
     if (behind == nullptr || behind->empty()) [[likely]] return head;
