@@ -342,14 +342,27 @@ class submit_op final : public submit_op_base {
       if constexpr (gives_back_anywhere) {  // std::allocator: when the box goes back is moot
         op.release()->invoke(ec, std::move(*response));
       } else {
-        // Out of its box first: the box goes back to the handler's allocator before the
-        // handler runs, as Asio's own operations do (a handler may own that memory).
-        Response r(std::move(*response));
-        response.reset();
-        op.release()->invoke(ec, std::move(r));
+        invoke_unboxed(op, ec, response);
       }
     }
   };
+
+  // The Response in a box from the handler's allocator (see above).
+  std::unique_ptr<Response, response_deleter> boxed_response(Response& r) {
+    response_alloc a(alloc_);
+    Response* box = std::allocator_traits<response_alloc>::allocate(a, 1);
+    ::new (static_cast<void*>(box)) Response(std::move(r));
+    return {box, response_deleter{a}};
+  }
+
+  // Out of its box first: the box goes back to where it came from before the handler runs, as
+  // Asio's own operations do (a handler may own that memory).
+  template <class Box>
+  static void invoke_unboxed(ref<submit_op>& op, std::error_code ec, Box& box) {
+    Response r(std::move(*box));
+    box.reset();
+    op.release()->invoke(ec, std::move(r));
+  }
 
   // A post that was refused hands its box, and the op's reference it carries, back instead of
   // freeing them (see post_boxed).
@@ -368,15 +381,10 @@ class submit_op final : public submit_op_base {
   void post_completion(std::error_code ec, Response&& r) override {
     static_assert(std::is_nothrow_move_constructible_v<Response>);
     if constexpr (gives_back_anywhere) {  // std::allocator: only an out-of-memory refuses
-      response_alloc a(alloc_);
-      Response* box = std::allocator_traits<response_alloc>::allocate(a, 1);
-      ::new (static_cast<void*>(box)) Response(std::move(r));
-      std::unique_ptr<Response, response_deleter> response(box, response_deleter{a});
-      detail::post(b_.work.get_executor(), invoker{ref<submit_op>(this), ec, std::move(response)});
+      detail::post(b_.work.get_executor(), invoker{ref<submit_op>(this), ec, boxed_response(r)});
     } else {
       // A caller's allocator may refuse (a bounded pool): the handler must not be lost to it.
-      // Then the Response and the post go on the heap instead. (Asio allocates its operation
-      // before it moves the function in, so a refused post leaves the invoker whole.)
+      // Then the Response and the post go on the heap instead.
       bool posted = false;
       try {
         posted = post_boxed(ec, r);
@@ -391,10 +399,9 @@ class submit_op final : public submit_op_base {
   // destroys that copy: while posting, the box's address is in `refused_box`, and an invoker
   // destroyed holding it gives it back instead of freeing it.
   bool post_boxed(std::error_code ec, Response& r) {
-    response_alloc a(alloc_);
-    Response* box = std::allocator_traits<response_alloc>::allocate(a, 1);
-    ::new (static_cast<void*>(box)) Response(std::move(r));
-    std::unique_ptr<Response, response_deleter> boxed(box, response_deleter{a});
+    auto boxed = boxed_response(r);
+    Response* const box = boxed.get();
+    const response_deleter give_back_box = boxed.get_deleter();
     refused_box = box;
     try {
       detail::post(b_.work.get_executor(),
@@ -404,7 +411,7 @@ class submit_op final : public submit_op_base {
         refused_box = nullptr;
         return true;
       }
-      std::unique_ptr<Response, response_deleter> back(box, response_deleter{a});
+      std::unique_ptr<Response, response_deleter> back(box, give_back_box);
       r = std::move(*back);
       return false;  // and the op's reference is ours again, for the heap's post
     }
@@ -416,11 +423,7 @@ class submit_op final : public submit_op_base {
     ref<submit_op> op;
     std::error_code ec;
     std::unique_ptr<Response> response;
-    void operator()() {
-      Response r(std::move(*response));
-      response.reset();
-      op.release()->invoke(ec, std::move(r));
-    }
+    void operator()() { invoke_unboxed(op, ec, response); }
   };
   void post_on_heap(std::error_code ec, Response&& r) {
     detail::post(b_.work.get_executor(),
