@@ -123,9 +123,10 @@ bool same_file(const std::string& a, const std::string& b) {
   return !ec_a && !ec_b && ca == cb;
 }
 
-// --out naming the journal, or a file SQLite keeps beside it: the resume would truncate or
-// append to the live database. Refused before anything is opened.
-void check_output_is_not_the_journal(const RunOptions& o) {
+// --out naming the input, the journal, or a file SQLite keeps beside it (the resume would
+// truncate or append to the live database): refused before anything is opened.
+void check_output_path(const RunOptions& o) {
+  if (same_file(o.input, o.output)) throw setup_error{"--out " + o.output + " is the input file"};
   if (o.journal.empty()) return;
   if (same_file(o.output, o.journal))
     throw setup_error{"--out " + o.output + " and --journal " + o.journal +
@@ -537,10 +538,7 @@ class BatchRun {
 
 int run_batch(const RunOptions& options) {
   try {
-    check_output_is_not_the_journal(options);
-    std::error_code ec;
-    if (std::filesystem::equivalent(options.input, options.output, ec))
-      throw setup_error{"--out " + options.output + " is the input file"};
+    check_output_path(options);
     BatchRun run(options, read_input(options.input));
     return run.run();
   } catch (const setup_error& e) {
