@@ -87,7 +87,8 @@ struct Response {
   Headers headers{};
   nlohmann::json raw = nullptr;    // the provider's JSON body, as parsed (a stream: the body
                                    // its events add up to, tool calls and refusals included)
-  // On failure: the provider's error type and message, when it sent them.
+  // On failure: the provider's error type and message when it sent them (status != 0), else
+  // what laneq or the transport found (a refused option, a connection error, ...).
   std::string error_type{};
   std::string error_message{};
   // Filled by the queue.

@@ -108,17 +108,24 @@ struct ShutdownOptions {
   bool drain = true;  // true: finish queued + in-flight; false: fail queued with shutting_down
 };
 
-// Thrown by the coroutine wrappers; carries the provider's answer when there was one.
+// Thrown by the coroutine wrappers; carries the Response: the provider's answer when there was
+// one (status != 0), else laneq's or the transport's reason in error_message.
 class RequestError : public std::system_error {
  public:
   RequestError(std::error_code ec, Response r)
-      : std::system_error(ec, r.error_message.empty()
-                                  ? std::string("laneq request failed")
-                                  : "laneq request failed (provider: " + r.error_message + ")"),
-        response_(std::move(r)) {}
+      : std::system_error(ec, what_of(r)), response_(std::move(r)) {}
   const Response& response() const noexcept { return response_; }
 
  private:
+  static std::string what_of(const Response& r) {
+    std::string w = "laneq request failed";
+    if (r.status != 0)
+      w += " (HTTP " + std::to_string(r.status) +
+           (r.error_message.empty() ? ")" : " from the provider: " + r.error_message + ")");
+    else if (!r.error_message.empty())
+      w += " (" + r.error_message + ")";
+    return w;
+  }
   Response response_;
 };
 

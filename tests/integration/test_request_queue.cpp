@@ -1199,10 +1199,52 @@ TEST_CASE("provider failures reach the caller with their code and details", "[qu
       CHECK(e.code() == errc::server_error);
       CHECK(e.response().status == 503);
       CHECK_THAT(e.what(), Catch::Contains("server_error"));
+      CHECK_THAT(e.what(), Catch::Contains("HTTP 503"));
     }
     co_await queue.shutdown();
   });
   CHECK(queue.metrics().total.failed == 1);
+}
+
+TEST_CASE("a refusal laneq makes before sending is not labelled as the provider's answer",
+          "[queue][errors]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    try {
+      co_await queue.submit(chat(), {.timeout = 0ms});
+      FAIL("expected a failure");
+    } catch (const laneq::RequestError& e) {
+      CHECK(e.code() == errc::bad_request);
+      CHECK(e.response().status == 0);
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Contains("SubmitOptions::timeout must be > 0"));
+      CHECK_THAT(what, !Catch::Contains("provider:") && !Catch::Contains("from the provider"));
+    }
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen().empty());
+}
+
+TEST_CASE("a prompt estimator that throws fails the submit with its message", "[queue][errors]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .prompt_estimator = [](const laneq::Request&)
+                                                                   -> std::int64_t {
+                               throw std::runtime_error("tokenizer file missing");
+                             }});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(ec == errc::internal);
+    CHECK(r.error_message == "QueueConfig::prompt_estimator threw: tokenizer file missing");
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen().empty());
+  CHECK(queue.metrics().total.rejected == 1);
 }
 
 TEST_CASE("workers keep io_context::run busy until shutdown, which returns at once although "
