@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "laneq/detail/json_depth.hpp"
 #include "laneq/error.hpp"
 #include "laneq/request.hpp"
 
@@ -30,8 +31,10 @@ inline std::error_code err(errc e) noexcept { return make_error_code(e); }
 
 inline bool is_2xx(int status) noexcept { return status >= 200 && status <= 299; }
 
-// Discarded (not thrown) when `text` is not JSON.
+// Discarded (not thrown) when `text` is not JSON, or nests deeper than kMaxJsonDepth (a copy
+// of such a value would overflow the stack).
 inline json parse_json(std::string_view text) {
+  if (!json_depth_within(text)) return json(json::value_t::discarded);
   return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 

@@ -167,3 +167,15 @@ TEST_CASE("a resume reads back custom_ids, bad line numbers and torn lines", "[c
   const std::string whole = laneq::cli::result_line("c", {}, ok);
   CHECK_FALSE(laneq::cli::read_output_line(whole.substr(0, whole.size() / 2)).complete);
 }
+
+TEST_CASE("a line nested deeper than 256 levels is a bad line, not a crash", "[cli]") {
+  // Its body's fields are copied into the Request: at 200,000 levels the copy overflowed the
+  // stack and ended the run.
+  const std::string head = R"({"custom_id":"deep","method":"POST","url":"/v1/chat/completions",)"
+                           R"("body":{"model":"m","messages":[{"role":"user","content":"hi"}],)"
+                           R"("metadata":)";
+  const auto b = bad(head + std::string(200'000, '[') + std::string(200'000, ']') + "}}");
+  CHECK(b.code == "invalid_json");
+  CHECK(b.message == "line 7: JSON nested deeper than 256 levels");
+  good(head + std::string(250, '[') + std::string(250, ']') + "}}");
+}

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "laneq/detail/json_depth.hpp"
 #include "laneq/error.hpp"
 #include "laneq/providers/anthropic_format.hpp"
 #include "laneq/providers/openai_format.hpp"
@@ -878,5 +879,51 @@ TEST_CASE("request bodies written directly equal the ones built as a JSON tree -
     json tree_anthropic = anthropic_body(probed, 77);
     tree_anthropic.erase("zz_probe");
     CHECK(json::parse(direct_anthropic) == tree_anthropic);
+  }
+}
+
+// ============================== hostile nesting ==============================
+
+TEST_CASE("json_depth_within counts brackets outside strings only") {
+  using laneq::detail::json_depth_within;
+  CHECK(json_depth_within(R"({"a":[1,{"b":[]}]})", 4));
+  CHECK_FALSE(json_depth_within(R"({"a":[1,{"b":[]}]})", 3));
+  CHECK(json_depth_within(R"(["[[[[", "\"[[[[", {}])", 2));
+  CHECK_FALSE(json_depth_within(R"([[["\\"]]])", 2));  // the string ends at the escaped backslash
+  CHECK(json_depth_within(std::string(256, '[') + std::string(256, ']')));
+  CHECK_FALSE(json_depth_within(std::string(257, '[') + std::string(257, ']')));
+}
+
+namespace {
+// 200,000 levels: copying such a value recursed once per level and overflowed the stack.
+std::string nested(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+}  // namespace
+
+TEST_CASE("a reply nested 200000 deep is malformed_response, not a crash") {
+  const std::string deep = nested(200'000);
+  {
+    Response out;
+    CHECK(laneq::openai::parse_response(200, {}, R"({"choices":[],"usage":{"x":)" + deep + "}}",
+                                        out) == err(errc::malformed_response));
+    CHECK(out.raw.is_null());
+  }
+  {
+    laneq::openai::StreamAccumulator acc;
+    run_stream(acc, openai_stream_head + sse_data(R"({"choices":[],"usage":{"x":)" + deep + "}}") +
+                        openai_stream_done, 4096);
+    Response out;
+    CHECK(acc.finish(out) == err(errc::malformed_response));
+  }
+  {
+    laneq::anthropic::StreamAccumulator acc;
+    run_stream(acc,
+               anthropic_stream_head +
+                   sse_event("content_block_start",
+                             R"({"type":"content_block_start","index":1,"content_block":)"
+                             R"({"type":"tool_use","id":"t","name":"f","input":{"x":)" +
+                                 deep + "}}}") +
+                   anthropic_stream_tail, 4096);
+    Response out;
+    CHECK(acc.finish(out) == err(errc::malformed_response));
   }
 }

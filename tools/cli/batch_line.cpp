@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "laneq/client_id.hpp"
+#include "laneq/detail/json_depth.hpp"
 #include "laneq/error.hpp"
 
 namespace laneq::cli {
@@ -104,6 +105,9 @@ std::variant<BatchLine, BadLine> parse_batch_line(std::string_view text, std::si
   const std::string where = "line " + std::to_string(line_no) + ": ";
   std::string custom_id;
   try {
+    if (!laneq::detail::json_depth_within(text))
+      bad("invalid_json", "JSON nested deeper than " +
+                              std::to_string(laneq::detail::kMaxJsonDepth) + " levels");
     const json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded()) bad("invalid_json", "not valid JSON: " + snippet(text));
     if (!doc.is_object()) bad("invalid_json", "a line must be a JSON object");
