@@ -2,6 +2,10 @@
 #include "laneq/detail/post.hpp"
 
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cctype>
@@ -14,7 +18,7 @@
 
 #include <asio/error.hpp>
 #include <asio/execution/outstanding_work.hpp>
-#include <asio/ip/tcp.hpp>
+#include <asio/posix/stream_descriptor.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
 #include <asio/steady_timer.hpp>
@@ -56,13 +60,19 @@ void validate(const CurlTransportConfig& c) {
 
 }  // namespace
 
-// One socket curl asked for. Waits hold a shared_ptr, so a socket closed (and its fd number
-// reused) while a wait is pending is recognised by `closed`.
+// One descriptor curl asked us to watch. Asio watches a duplicate of it (`watch`, ours alone),
+// never curl's own number: curl 7.88 closes a socket that never connected (a transfer
+// cancelled while it connects) itself, past CURLOPT_CLOSESOCKETFUNCTION (fixed in curl 8.2),
+// and an Asio object that owned the number closed it again later, when it was someone else's
+// (a journal's file). Closing the duplicate is always safe. Waits hold a shared_ptr, so an
+// entry let go while a wait is pending is recognised by `closed`.
 struct curl_socket_info {
-  explicit curl_socket_info(asio::ip::tcp::socket s) : sock(std::move(s)) {}
-  asio::ip::tcp::socket sock;
-  curl_socket_t fd = CURL_SOCKET_BAD;
-  int what = 0;  // CURL_POLL_IN / OUT / INOUT; 0 = curl does not want it watched
+  curl_socket_info(asio::posix::stream_descriptor w, curl_socket_t f, bool o)
+      : watch(std::move(w)), fd(f), ours(o) {}
+  asio::posix::stream_descriptor watch;
+  curl_socket_t fd;  // curl's number
+  bool ours;         // opened by on_open_socket; else curl's own (the resolver's wake-up socket)
+  int what = 0;      // CURL_POLL_IN / OUT / INOUT; 0 = curl does not want it watched
   bool reading = false, writing = false, closed = false;
 };
 
@@ -120,11 +130,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     transfers_.clear();
     if (multi_) curl_multi_cleanup(multi_);  // closes pooled connections via on_close_socket
     multi_ = nullptr;
-    for (auto& [fd, s] : sockets_) {  // pending waits may still hold these
-      s->closed = true;
-      std::error_code ignored;
-      s->sock.close(ignored);
-    }
+    for (auto& [fd, s] : sockets_) let_go(*s);  // pending waits may still hold these
     sockets_.clear();
     timer_.cancel();
   }
@@ -191,6 +197,8 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
       curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
     } else if (r.method == "GET") {
       curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    } else if (r.method == "HEAD") {
+      curl_easy_setopt(e, CURLOPT_NOBODY, 1L);  // else curl waits for the Content-Length's body
     } else {
       curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r.method.c_str());
       if (!r.body.empty()) {
@@ -314,28 +322,34 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
 
   void arm(const std::shared_ptr<curl_socket_info>& s) {
     if (s->closed) return;
-    arm_one(s, CURL_POLL_IN, &curl_socket_info::reading, asio::ip::tcp::socket::wait_read,
-            CURL_CSELECT_IN);
-    arm_one(s, CURL_POLL_OUT, &curl_socket_info::writing, asio::ip::tcp::socket::wait_write,
-            CURL_CSELECT_OUT);
+    arm_one(s, CURL_POLL_IN, &curl_socket_info::reading,
+            asio::posix::descriptor_base::wait_read, CURL_CSELECT_IN);
+    arm_one(s, CURL_POLL_OUT, &curl_socket_info::writing,
+            asio::posix::descriptor_base::wait_write, CURL_CSELECT_OUT);
   }
 
   // One direction: while curl wants `poll` and no wait is pending (`waiting`), wait for the
   // socket, tell curl it is ready (`cselect`) and arm again.
   void arm_one(const std::shared_ptr<curl_socket_info>& s, int poll,
-               bool curl_socket_info::*waiting, asio::ip::tcp::socket::wait_type type,
+               bool curl_socket_info::*waiting, asio::posix::descriptor_base::wait_type type,
                int cselect) {
     if (!(s->what & poll) || (*s).*waiting) return;
     (*s).*waiting = true;
-    s->sock.async_wait(type, [self = shared_from_this(), s, poll, waiting,
-                              cselect](std::error_code ec) {
+    s->watch.async_wait(type, [self = shared_from_this(), s, poll, waiting,
+                               cselect](std::error_code ec) {
       (*s).*waiting = false;
       if (s->closed || !(s->what & poll)) return;
-      if (ec) {
+      if (ec == asio::error::operation_aborted) {
         // Cancelled by a "stop watching" (POLL_REMOVE), after which curl asked again (a reused
         // connection) while this wait was still pending, so that request armed nothing: arm
         // it now, or nobody would watch the socket and the transfer would hang.
-        if (ec == asio::error::operation_aborted) self->arm(s);
+        self->arm(s);
+        return;
+      }
+      if (ec) {
+        // The descriptor cannot be waited on: curl fails the transfer (a network error the
+        // queue retries) instead of waiting, unwatched, for its timeout.
+        self->action(s->fd, CURL_CSELECT_ERR);
         return;
       }
       self->action(s->fd, cselect);
@@ -349,22 +363,37 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
   static int on_socket(CURL*, curl_socket_t fd, int what, void* userp, void*) {
     auto* self = static_cast<curl_engine*>(userp);
     auto it = self->sockets_.find(fd);
-    // Not one of ours: the threaded resolver's wake-up pipe while a name lookup runs. Left
-    // unwatched: curl then polls the lookup on its timer (1, 2, 4 ... 250 ms), so a new
-    // connection after the DNS cache expired starts up to ~250 ms late. Watching it safely would
-    // need its removal from the reactor before curl closes it, which curl does not promise (a
-    // reused fd number would then lose its registration): the lateness is the lesser harm.
-    if (it == self->sockets_.end()) return 0;
-    const auto& s = it->second;
     if (what == CURL_POLL_REMOVE) {
+      if (it == self->sockets_.end()) return 0;
+      auto& s = *it->second;
+      // curl's own descriptor, or a socket of ours that curl closed past our callback: let go.
+      if (!s.ours || !still_curls(s)) {
+        let_go(s);
+        self->sockets_.erase(it);
+        return 0;
+      }
       // Idle (pooled) or about to close: stop watching, so run() may return while idle.
-      s->what = 0;
+      s.what = 0;
       std::error_code ignored;
-      s->sock.cancel(ignored);
+      s.watch.cancel(ignored);
       return 0;
     }
-    s->what = what;
-    self->arm(s);
+    if (it != self->sockets_.end() && !it->second->ours && !still_curls(*it->second)) {
+      let_go(*it->second);  // an earlier wake-up socket's number, reused
+      self->sockets_.erase(it);
+      it = self->sockets_.end();
+    }
+    if (it == self->sockets_.end()) {
+      // Not opened through us: the threaded resolver's wake-up socket while a name lookup
+      // runs. Unwatched, curl looked at the lookup only on its back-off timer (1, 3, 7 ...
+      // 255 ms, then every 250 ms): a 280 ms lookup took 505. If it cannot be watched, that
+      // timer is still there.
+      auto s = self->watch_new(fd, /*ours=*/false);
+      if (!s) return 0;
+      it = self->sockets_.emplace(fd, std::move(s)).first;
+    }
+    it->second->what = what;
+    self->arm(it->second);
     return 0;
   }
 
@@ -397,27 +426,60 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     if (purpose != CURLSOCKTYPE_IPCXN || addr->socktype != SOCK_STREAM ||
         (addr->family != AF_INET && addr->family != AF_INET6))
       return CURL_SOCKET_BAD;
-    asio::ip::tcp::socket sock(self->strand_);
-    std::error_code ec;
-    sock.open(addr->family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), ec);
-    if (ec) return CURL_SOCKET_BAD;
-    const curl_socket_t fd = sock.native_handle();
-    auto info = std::make_shared<curl_socket_info>(std::move(sock));
-    info->fd = fd;
-    self->sockets_[fd] = std::move(info);
+    const int fd = ::socket(addr->family, SOCK_STREAM | SOCK_CLOEXEC, addr->protocol);
+    if (fd < 0) return CURL_SOCKET_BAD;
+    // A number we still have an entry for is one curl closed past our callback: that entry
+    // is dead.
+    if (auto it = self->sockets_.find(fd); it != self->sockets_.end()) {
+      let_go(*it->second);
+      self->sockets_.erase(it);
+    }
+    auto s = self->watch_new(fd, /*ours=*/true);
+    if (!s) {
+      ::close(fd);
+      return CURL_SOCKET_BAD;
+    }
+    self->sockets_.emplace(fd, std::move(s));
     self->opened_.fetch_add(1, std::memory_order_relaxed);
     return fd;
   }
 
   static int on_close_socket(void* userp, curl_socket_t fd) {
     auto* self = static_cast<curl_engine*>(userp);
-    auto it = self->sockets_.find(fd);
-    if (it == self->sockets_.end()) return 0;
-    it->second->closed = true;
+    if (auto it = self->sockets_.find(fd); it != self->sockets_.end()) {
+      let_go(*it->second);
+      self->sockets_.erase(it);
+    }
+    return ::close(fd);  // opened by on_open_socket
+  }
+
+  // A watch on a duplicate of curl's descriptor `fd`; null if the system refuses one.
+  std::shared_ptr<curl_socket_info> watch_new(curl_socket_t fd, bool ours) {
+    const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) return nullptr;
+    asio::posix::stream_descriptor watch(strand_);
+    std::error_code ec;
+    watch.assign(dup, ec);
+    if (ec) {
+      ::close(dup);
+      return nullptr;
+    }
+    return std::make_shared<curl_socket_info>(std::move(watch), fd, ours);
+  }
+
+  // Stops watching and closes the duplicate (never curl's number); pending waits end aborted.
+  static void let_go(curl_socket_info& s) {
+    s.closed = true;
     std::error_code ignored;
-    it->second->sock.close(ignored);
-    self->sockets_.erase(it);
-    return 0;
+    s.watch.close(ignored);
+  }
+
+  // Whether curl's number still names the socket our duplicate watches (closed and reused, it
+  // names another file, or none).
+  static bool still_curls(curl_socket_info& s) {
+    struct stat a {}, b {};
+    return ::fstat(s.fd, &a) == 0 && ::fstat(s.watch.native_handle(), &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
   }
 
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* userp) {

@@ -1,7 +1,10 @@
 // CurlTransport during a name lookup. curl 7.88 resolves names on a thread of its own; this
 // binary replaces getaddrinfo (a definition in the executable wins over libc's for libcurl's
 // calls) so that names under .stuck-dns.test block until the test lets them go, like a DNS
-// server that does not answer. Its own binary: the replacement would affect any other test.
+// server that does not answer; names under .slow-dns.test answer 127.0.0.1 after 280 ms; names
+// under .dual-dns.test answer ::1 first, then 127.0.0.1 (a host whose "localhost" has both, in
+// front of a server that listens on IPv4 only). Its own binary: the replacement would affect
+// any other test.
 #include <catch2/catch.hpp>
 
 #include <dlfcn.h>
@@ -15,9 +18,13 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include "laneq/laneq.hpp"
+#include "mock_api/mock_server_thread.hpp"
+#include "support/run.hpp"
 
 using namespace std::chrono_literals;
 
@@ -54,6 +61,28 @@ extern "C" [[gnu::visibility("default")]] int getaddrinfo(const char* node, cons
     return EAI_NONAME;
   }
   static const auto real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "getaddrinfo"));
+  const auto numeric = [&](const char* address, addrinfo** out) {
+    addrinfo h = hints ? *hints : addrinfo{};
+    h.ai_flags |= AI_NUMERICHOST;
+    h.ai_family = AF_UNSPEC;
+    return real(address, service, &h, out);
+  };
+  if (node != nullptr && std::string_view(node).ends_with(".slow-dns.test")) {
+    std::this_thread::sleep_for(280ms);  // a DNS server that takes its time (curl's thread)
+    return numeric("127.0.0.1", res);
+  }
+  if (node != nullptr && std::string_view(node).ends_with(".dual-dns.test")) {
+    addrinfo* v6 = nullptr;
+    if (const int rc = numeric("::1", &v6); rc != 0) return rc;
+    addrinfo* last = v6;
+    while (last->ai_next) last = last->ai_next;
+    if (const int rc = numeric("127.0.0.1", &last->ai_next); rc != 0) {
+      freeaddrinfo(v6);
+      return rc;
+    }
+    *res = v6;  // glibc's freeaddrinfo frees node by node: one chain of both is fine
+    return 0;
+  }
   return real(node, service, hints, res);
 }
 
@@ -118,4 +147,54 @@ TEST_CASE("cancelling a transfer during its name lookup completes it at once - t
     CHECK_FALSE(stuck.by_watchdog);
   }
   watchdog.join();
+}
+
+namespace {
+auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
+}  // namespace
+
+TEST_CASE("a name that resolves to ::1 then 127.0.0.1 reaches an IPv4-only server - every new "
+          "connection, one transport",
+          "[transport][dns]") {
+  // curl 7.88 closes a socket whose connect failed (::1, refused) itself, past
+  // CURLOPT_CLOSESOCKETFUNCTION; the IPv4 socket then gets the same number. A transport that
+  // let Asio own curl's descriptors closed the new socket with the stale one.
+  laneq::mock::MockServerThread mock;  // listens on 127.0.0.1 only
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  const std::string url =
+      "http://api.dual-dns.test:" + std::to_string(mock.port()) + "/stats";
+  int ok = 0;
+  laneq::test::run(io, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 20; ++i) {
+      // Connection: close, so that each request opens a connection (and tries ::1 first).
+      laneq::HttpRequest get{.method = "GET", .url = url, .headers = {{"Connection", "close"}}};
+      auto [ec, r] = co_await laneq::async_http(transport, std::move(get), tuple_awaitable);
+      INFO(i << ": " << ec.message() << " " << r.error);
+      CHECK_FALSE(ec);
+      if (!ec && r.status != 0) ++ok;
+    }
+  });
+  CHECK(ok == 20);
+  CHECK(transport.in_flight() == 0);
+}
+
+TEST_CASE("a connection waits for a slow name lookup no longer than the lookup takes",
+          "[transport][dns]") {
+  // curl's resolver thread wakes curl through a socket pair; unwatched, curl only looked at the
+  // lookup on its back-off timer (1, 3, 7 ... 255 ms, then every 250 ms): 280 ms became 505.
+  laneq::mock::MockServerThread mock;
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  const std::string url = "http://api.slow-dns.test:" + std::to_string(mock.port()) + "/stats";
+  std::chrono::steady_clock::duration took{};
+  laneq::test::run(io, [&]() -> asio::awaitable<void> {
+    const auto t0 = std::chrono::steady_clock::now();
+    laneq::HttpRequest get{.method = "GET", .url = url};
+    auto [ec, r] = co_await laneq::async_http(transport, std::move(get), tuple_awaitable);
+    took = std::chrono::steady_clock::now() - t0;
+    CHECK_FALSE(ec);
+  });
+  CHECK(took >= 280ms);
+  CHECK(took < 480ms);  // the lookup's 280 ms, and up to 200 ms for the rest of the exchange
 }

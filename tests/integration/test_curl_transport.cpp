@@ -2,6 +2,9 @@
 // fixture with a certificate made at test time) and against the mock API server (HTTP/1.1).
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <future>
 #include <thread>
 
@@ -289,5 +292,55 @@ TEST_CASE("a body larger than max_response_bytes aborts its transfer with malfor
     auto [e2, r2] = co_await laneq::async_http(roomy, chat_post(url), tuple_awaitable);
     CHECK_FALSE(e2);
     CHECK(r2.body.size() > 64);
+  });
+}
+
+TEST_CASE("a transfer cancelled while it connects leaves no descriptor of curl's to the "
+          "transport - a file that gets the number later stays open",
+          "[transport][lifetime]") {
+  // curl 7.88 closes a socket that never connected itself, past CURLOPT_CLOSESOCKETFUNCTION. A
+  // transport whose Asio socket owned that number closed it again later: by then, whatever the
+  // process had opened under the number (a journal's file).
+  asio::io_context io;
+  // A listener whose backlog is full: a connect to it stays pending.
+  asio::ip::tcp::acceptor full(io, {asio::ip::make_address_v4("127.0.0.1"), 0});
+  full.listen(0);
+  asio::ip::tcp::socket first(io);
+  first.connect(full.local_endpoint());  // takes the one place in the backlog
+  const std::string url = "http://127.0.0.1:" + std::to_string(full.local_endpoint().port()) + "/";
+  int file = -1;
+  {
+    laneq::CurlTransport transport(io.get_executor());
+    run(io, [&]() -> asio::awaitable<void> {
+      asio::steady_timer t(io, 100ms);
+      laneq::HttpRequest get{.method = "GET", .url = url};
+      auto res = co_await (laneq::async_http(transport, std::move(get), tuple_awaitable) ||
+                           t.async_wait(asio::use_awaitable));
+      CHECK(res.index() == 1);
+    });
+    CHECK(transport.connections_opened() == 1);
+    file = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // the lowest free number
+    REQUIRE(file >= 0);
+    io.restart();
+    io.poll();
+  }  // the transport is destroyed: it must close nothing of the file's
+  CHECK(::fcntl(file, F_GETFD) != -1);
+  ::close(file);
+}
+
+TEST_CASE("a HEAD request completes with the headers - it does not wait for a body", "[transport][tls]") {
+  laneq::test::NginxFixture nginx;
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor(), {.ca_file = nginx.ca_file()});
+  run(io, [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(io, 5s);
+    laneq::HttpRequest head{.method = "HEAD", .url = nginx.url()};
+    auto res = co_await (laneq::async_http(transport, std::move(head), tuple_awaitable) ||
+                         t.async_wait(asio::use_awaitable));
+    REQUIRE(res.index() == 0);
+    auto [ec, r] = std::get<0>(std::move(res));
+    CHECK_FALSE(ec);
+    CHECK(r.status == 200);
+    CHECK(r.body.empty());
   });
 }
