@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "laneq/error.hpp"
+#include "../ascii_case.hpp"
 #include "../json_text.hpp"
 #include "format_common.hpp"
 
@@ -31,7 +32,7 @@ std::error_code fill_error(int status, const ErrorFields& e, std::string& error_
                            std::string& error_message) {
   error_type = e.type;
   error_message = e.message;
-  return error_code_for(status, e.type);
+  return error_code_for(status, e.type, e.message);
 }
 
 // A 2xx body: {"type": "message", "content": [{"type": "text", "text"}, ...], "stop_reason",
@@ -118,11 +119,15 @@ std::string request_body(const Request& request, std::int32_t fallback_max_token
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::error_code error_code_for(int status, std::string_view error_type) noexcept {
+std::error_code error_code_for(int status, std::string_view error_type,
+                               std::string_view message) noexcept {
   // These say more than the status (a 529 may come through a proxy as a 500 or a 200 stream).
   if (error_type == "overloaded_error") return err(errc::overloaded);
   if (error_type == "request_too_large") return err(errc::request_too_large);
   if (error_type == "billing_error") return err(errc::quota_exceeded);
+  // An empty account answers 400 invalid_request_error, "Your credit balance is too low to
+  // access the Anthropic API": billing, not a malformed request.
+  if (detail::icontains(message, "credit balance is too low")) return err(errc::quota_exceeded);
   if (status == 0 || is_2xx(status)) {
     if (error_type == "rate_limit_error") return err(errc::rate_limited);
     if (error_type == "invalid_request_error" || error_type == "not_found_error")

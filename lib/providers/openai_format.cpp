@@ -84,8 +84,10 @@ std::string request_body(const Request& request, const BodyOptions& options) {
 
 std::error_code error_code_for(int status, std::string_view type, std::string_view code,
                                std::string_view message) noexcept {
-  // Billing, not rate: retrying only burns time, whatever status carries it.
-  if (code == "insufficient_quota" || type == "insufficient_quota") return err(errc::quota_exceeded);
+  // Billing, not rate: retrying only burns time, whatever status carries it (both come as 429).
+  if (code == "insufficient_quota" || type == "insufficient_quota" ||
+      code == "billing_not_active" || type == "billing_not_active")
+    return err(errc::quota_exceeded);
   // "Request too large for gpt-4o ... on tokens per min" comes as a 429 but can never succeed.
   const bool too_large = detail::icontains(message, "request too large");
   if (status == 0 || is_2xx(status)) {

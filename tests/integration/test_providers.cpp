@@ -136,11 +136,8 @@ TEST_CASE("both providers: 500 and 529 are retried - 400 and quota are not", "[p
         mock.script({MockOutcome{.kind = OutcomeKind::insufficient_quota}});
         auto [e3, r3] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
         // OpenAI says insufficient_quota; Anthropic a 400 "credit balance is too low"
-        // (invalid_request_error). Neither is retried.
-        if (api == Api::openai)
-          CHECK(e3 == errc::quota_exceeded);
-        else
-          CHECK(e3 == errc::bad_request);
+        // (invalid_request_error): both are billing. Neither is retried.
+        CHECK(e3 == errc::quota_exceeded);
         CHECK(r3.attempts == 1);
 
         mock.script({MockOutcome{.kind = OutcomeKind::too_large}});

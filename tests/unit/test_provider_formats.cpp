@@ -339,6 +339,8 @@ TEST_CASE("OpenAI error statuses map to laneq codes with the provider's type and
       {429, openai_error("You exceeded your current quota, please check your plan and billing details.", "insufficient_quota",
                          "insufficient_quota"), errc::quota_exceeded, "insufficient_quota"},
       {429, openai_error("You exceeded your current quota.", "insufficient_quota", ""), errc::quota_exceeded, "insufficient_quota"},
+      {429, openai_error("Your account is not active, please check your billing details on our website.", "billing_not_active",
+                         "billing_not_active"), errc::quota_exceeded, "billing_not_active"},
       {429, openai_error("Request too large for gpt-4o in organization org-1 on tokens per min (TPM): Limit 30000, Requested 50000.",
                          "tokens", "rate_limit_exceeded"), errc::request_too_large, "rate_limit_exceeded"},
       {503, openai_error("The engine is currently overloaded, please try again later", "server_error", ""), errc::overloaded, "server_error"},
@@ -530,6 +532,18 @@ TEST_CASE("Anthropic error types without a status (an error event in a stream)")
   CHECK(error_code_for(0, "permission_error") == err(errc::auth));
   CHECK(error_code_for(0, "api_error") == err(errc::server_error));
   CHECK(error_code_for(0, "") == err(errc::server_error));
+}
+
+TEST_CASE("an Anthropic 400 for an empty credit balance is quota_exceeded, not bad_request") {
+  Response out;
+  const std::string message = "Your credit balance is too low to access the Anthropic API. "
+                              "Please go to Plans & Billing to upgrade or purchase credits.";
+  CHECK(laneq::anthropic::parse_response(400, {}, anthropic_error("invalid_request_error", message),
+                                         out) == err(errc::quota_exceeded));
+  CHECK(out.error_message == message);
+  CHECK(laneq::anthropic::parse_response(400, {}, anthropic_error("invalid_request_error",
+                                                                  "max_tokens: field required"),
+                                         out) == err(errc::bad_request));
 }
 
 // ============================== OpenAI streams ==============================

@@ -43,7 +43,7 @@ std::string request_body(const Request& request, std::int32_t fallback_max_token
 // usage.output_tokens = output_tokens, finish_reason = stop_reason.
 // Failure ({"type":"error","error":{"type","message"}}): error_type / error_message from it, or
 // error_message = the start of a non-JSON body (at most 512 bytes). The code is
-// error_code_for(status, error.type). Never throws (allocation failure -> errc::internal).
+// error_code_for(status, error.type, error.message). Never throws (allocation failure -> errc::internal).
 std::error_code parse_response(int status, const Headers& headers, std::string_view body,
                                Response& out) noexcept;
 
@@ -52,6 +52,8 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
 //   overloaded_error, any status                 -> overloaded
 //   request_too_large, any status                -> request_too_large
 //   billing_error, any status                    -> quota_exceeded
+//   a message with "credit balance is too low"   -> quota_exceeded (Anthropic sends it as 400
+//                                                   invalid_request_error)
 //   401, 403                                     -> auth
 //   413                                          -> request_too_large
 //   429                                          -> rate_limited
@@ -63,7 +65,8 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
 //   -> bad_request; authentication_error, permission_error -> auth; api_error, timeout_error,
 //   anything else -> server_error.
 // parse_response answers malformed_response for a status outside 200..599 before any of this.
-std::error_code error_code_for(int status, std::string_view error_type) noexcept;
+std::error_code error_code_for(int status, std::string_view error_type,
+                               std::string_view message = {}) noexcept;
 
 // Accumulates a streamed message (stream: true) from its SSE events: message_start (input
 // usage), content_block_start / content_block_delta (text_delta; other deltas such as

@@ -52,7 +52,7 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
 
 // The laneq error for an OpenAI failure. `status` 0 = no HTTP status to go by (an error chunk
 // inside a 200 stream); then the body decides.
-//   insufficient_quota (code or type), any status             -> quota_exceeded
+//   insufficient_quota or billing_not_active (code or type), any status -> quota_exceeded
 //   429 whose message contains "Request too large"            -> request_too_large
 //   429 otherwise                                             -> rate_limited
 //   401, 403                                                  -> auth
