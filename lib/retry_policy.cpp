@@ -11,24 +11,35 @@ namespace {
 
 bool is_laneq(std::error_code ec, errc e) noexcept { return ec == make_error_code(e); }
 
+// Outcomes no server's word changes: local ones, and provider answers that can never succeed
+// as sent (a billing error, a request too large).
 bool never_retried(std::error_code ec) noexcept {
   for (errc e : {errc::cancelled, errc::shutting_down, errc::quota_exceeded,
-                 errc::request_too_large, errc::auth, errc::bad_request,
-                 errc::malformed_response, errc::exceeds_rate_limit, errc::unknown_lane,
+                 errc::request_too_large, errc::exceeds_rate_limit, errc::unknown_lane,
                  errc::invalid_config, errc::internal})
     if (is_laneq(ec, e)) return true;
   return false;
+}
+
+// What the status rule refuses (the server may say otherwise with x-should-retry).
+bool refused_by_status(std::error_code ec) noexcept {
+  return is_laneq(ec, errc::auth) || is_laneq(ec, errc::bad_request) ||
+         is_laneq(ec, errc::malformed_response);
 }
 
 }  // namespace
 
 bool is_retryable(std::error_code ec, int status, std::optional<bool> should_retry) noexcept {
   if (!ec) return false;
-  // An error inside a 200 stream (e.g. Anthropic's overloaded_error event): the code decides.
-  if (status >= 200 && status < 300) status = 0;
-  if (is_laneq(ec, errc::cancelled) || is_laneq(ec, errc::shutting_down)) return false;
-  if (should_retry) return *should_retry;
   if (never_retried(ec)) return false;
+  // An error inside a 200 stream (e.g. Anthropic's overloaded_error event): the code decides;
+  // the 200's headers (its x-should-retry too) spoke of the stream's start, not of this error.
+  if (status >= 200 && status < 300) {
+    status = 0;
+    should_retry.reset();
+  }
+  if (should_retry) return *should_retry;
+  if (refused_by_status(ec)) return false;
   if (status != 0)
     return status == 408 || status == 409 || status == 429 || (status >= 500 && status <= 599);
   return is_laneq(ec, errc::network) || is_laneq(ec, errc::timeout) ||

@@ -4,10 +4,12 @@
 // deterministically.
 //
 // Rules, in order:
-//   1. local outcomes (cancelled, shutting_down, a queue deadline) are never retried;
-//   2. an `x-should-retry: true|false` header is the server's explicit word and wins;
-//   3. provider errors that can never succeed as sent are not retried: quota_exceeded,
-//      request_too_large, auth, bad_request, malformed_response, exceeds_rate_limit;
+//   1. local outcomes (cancelled, shutting_down, exceeds_rate_limit, unknown_lane,
+//      invalid_config, internal; a queue deadline) and provider answers that can never succeed
+//      as sent (quota_exceeded, request_too_large) are never retried, whatever the server says;
+//   2. an `x-should-retry: true|false` header is the server's explicit word and wins over the
+//      status (not the one of a 200 whose stream later failed: it spoke of the stream's start);
+//   3. auth, bad_request and malformed_response are not retried;
 //   4. HTTP 408, 409, 429 and 500-599 (incl. 529) are retried; other statuses are not;
 //   5. without a status, connection failures (network) and provider timeouts are retried.
 // The queue's own deadline is checked before this (a request past it is never retried); an

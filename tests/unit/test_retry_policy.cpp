@@ -105,8 +105,10 @@ TEST_CASE("quota_exceeded and request_too_large are never retried, even with sta
     CHECK_FALSE(is_retryable(err(e), 0, std::nullopt));
     CHECK_FALSE(is_retryable(err(e), 500, std::nullopt));
     CHECK_FALSE(decide_retry(policy, 1, err(e), 429, no_headers, 0.5).retry);
-    // A retry-after does not make it retryable.
+    // A retry-after does not make it retryable, nor does x-should-retry: true.
     CHECK_FALSE(decide_retry(policy, 1, err(e), 429, with_retry_after(1s), 0.5).retry);
+    CHECK_FALSE(is_retryable(err(e), 429, true));
+    CHECK_FALSE(decide_retry(policy, 1, err(e), 429, with_should_retry(true), 0.5).retry);
   }
   CHECK_FALSE(is_retryable(err(errc::request_too_large), 413, std::nullopt));
 }
@@ -136,6 +138,11 @@ TEST_CASE("x-should-retry overrides the status rule both ways", "[retry]") {
     const auto no = from_headers({{"x-should-retry", "false"}});
     REQUIRE(no.should_retry == false);
     CHECK_FALSE(decide_retry(policy, 1, err_for(503), 503, no, 0.5).retry);
+  }
+  SECTION("a 200's header does not judge an error that came later in its stream") {
+    CHECK(is_retryable(err(errc::overloaded), 200, false));
+    CHECK(decide_retry(policy, 1, err(errc::overloaded), 200, with_should_retry(false), 0.5).retry);
+    CHECK_FALSE(is_retryable(err(errc::bad_request), 200, true));
   }
   SECTION("a 429 the server says not to retry still tells everyone to hold off") {
     auto info = from_headers({{"x-should-retry", "false"}, {"retry-after", "2"}});
