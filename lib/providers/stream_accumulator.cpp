@@ -22,7 +22,13 @@ std::error_code stream_accumulator_base::hand_over(Response& out, const Usage& u
   out.error_type = error_type_;
   out.error_message = error_message_;
   if (error_) return error_;
-  if (!done_) return make_error_code(errc::network);
+  if (!done_) {
+    // The body ended cleanly (a transport error is reported before this) but too soon: say so,
+    // or the caller reads "the connection failed" with nothing to go by.
+    out.error_message = "the stream ended before its final event ([DONE] / message_stop): "
+                        "cut short by the server or a proxy";
+    return make_error_code(errc::network);
+  }
   return {};
 }
 

@@ -648,6 +648,7 @@ TEST_CASE("an OpenAI stream cut before [DONE] is a network error that keeps the 
     Response out;
     CHECK(acc.finish(out) == err(errc::network));
     CHECK(out.text == "Hello, world");
+    CHECK_THAT(out.error_message, Catch::Contains("stream ended before its final event"));
   }
   laneq::openai::StreamAccumulator nothing;
   Response out;
@@ -811,6 +812,7 @@ TEST_CASE("an Anthropic stream cut before message_stop is a network error that k
     CHECK(acc.finish(out) == err(errc::network));
     CHECK(out.text == "Hello, world");
     CHECK(out.usage.input_tokens == 40);
+    CHECK_THAT(out.error_message, Catch::Contains("stream ended before its final event"));
   }
 }
 
