@@ -17,7 +17,7 @@ namespace laneq::detail {
 
 Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base,
                           const char* base_env, const char* default_base, const std::string& path,
-                          const char* provider) {
+                          const char* provider, bool base_path_is_root) {
   if (key.empty())
     if (const char* v = std::getenv(key_env)) key = v;
   const bool base_from_env = base.empty() && std::getenv(base_env) != nullptr;
@@ -51,8 +51,12 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
   }
   while (!base.empty() && base.back() == '/') base.pop_back();
   std::string url = base;
-  // "/v1/chat/completions" after a base that already ends in "/v1": append the rest only.
-  if (url.size() >= 3 && url.compare(url.size() - 3, 3, "/v1") == 0 && path.starts_with("/v1/"))
+  // "/v1/chat/completions" after a base that already ends in "/v1", or (OpenAI) after any base
+  // with a path of its own ("https://gateway/v1beta/openai", "https://gateway/openai"): append
+  // the rest only, as the official SDK does with its base URL.
+  const bool ends_in_v1 = url.size() >= 3 && url.compare(url.size() - 3, 3, "/v1") == 0;
+  const bool has_path = url.find('/', url.find("://") + 3) != std::string::npos;
+  if (path.starts_with("/v1/") && (ends_in_v1 || (base_path_is_root && has_path)))
     url += path.substr(3);
   else
     url += path;

@@ -14,7 +14,8 @@ namespace laneq {
 OpenAIProvider::OpenAIProvider(Transport& transport, OpenAIConfig config) : transport_(transport) {
   auto ep = detail::resolve_endpoint(std::move(config.api_key), "OPENAI_API_KEY",
                                      std::move(config.base_url), "OPENAI_BASE_URL",
-                                     "https://api.openai.com", "/v1/chat/completions", "OpenAI");
+                                     "https://api.openai.com", "/v1/chat/completions", "OpenAI",
+                                     /*base_path_is_root=*/true);
   url_ = std::move(ep.url);
   headers_.emplace_back("Content-Type", "application/json");
   if (!ep.key.empty()) headers_.emplace_back("Authorization", "Bearer " + ep.key);

@@ -674,6 +674,24 @@ TEST_CASE("a base URL's query stays at the end of the URL, after the path", "[pr
                                                    "http://127.0.0.1:9/proxy/v1/messages?api-version=2"});
 }
 
+TEST_CASE("an OpenAI base URL with a path is the API root, as in the official SDK", "[providers]") {
+  asio::io_context io;
+  BodyCapture transport(io.get_executor());
+  const auto url = [&](std::string base) {
+    return laneq::OpenAIProvider(transport, {.api_key = "k", .base_url = std::move(base)}).url();
+  };
+  // Gemini's OpenAI-compatible endpoint, a gateway, the official form, and a bare host.
+  CHECK(url("https://generativelanguage.googleapis.com/v1beta/openai/") ==
+        "https://generativelanguage.googleapis.com/v1beta/openai/chat/completions");
+  CHECK(url("https://gateway.test/acct/gw/openai") == "https://gateway.test/acct/gw/openai/chat/completions");
+  CHECK(url("https://api.openai.com/v1") == "https://api.openai.com/v1/chat/completions");
+  CHECK(url("http://127.0.0.1:9") == "http://127.0.0.1:9/v1/chat/completions");
+  CHECK(url("http://127.0.0.1:9/") == "http://127.0.0.1:9/v1/chat/completions");
+  // Anthropic's SDK appends /v1/messages to any base: unchanged.
+  CHECK(laneq::AnthropicProvider(transport, {.api_key = "k", .base_url = "https://gateway.test/anthropic"})
+            .url() == "https://gateway.test/anthropic/v1/messages");
+}
+
 TEST_CASE("both providers, called directly: an on_delta that throws ends the call with internal "
           "and its words, not a network error",
           "[providers][stream]") {

@@ -12,8 +12,10 @@ namespace laneq {
 
 struct OpenAIConfig {
   std::string api_key{};        // "" = $OPENAI_API_KEY
-  // "" = $OPENAI_BASE_URL, else https://api.openai.com. A trailing "/v1" is accepted (the
-  // official SDKs' form): the path is appended once.
+  // "" = $OPENAI_BASE_URL, else https://api.openai.com. As in the official SDKs, a base URL
+  // with a path is the API's root ("https://api.openai.com/v1", "http://host/v1beta/openai"):
+  // "/chat/completions" follows it; a bare host ("http://127.0.0.1:8080") gets
+  // "/v1/chat/completions".
   std::string base_url{};
   std::string organization{};   // optional OpenAI-Organization header
   Headers extra_headers{};      // sent with every call
