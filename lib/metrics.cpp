@@ -529,6 +529,7 @@ class Writer {
         sample(f.name, "", x.value, "0.5", l.count ? l.p50_ms / 1e3 : nan);
         sample(f.name, "", x.value, "0.9", l.count ? l.p90_ms / 1e3 : nan);
         sample(f.name, "", x.value, "0.99", l.count ? l.p99_ms / 1e3 : nan);
+        sample(f.name, "", x.value, "1", l.count ? l.max_ms / 1e3 : nan);  // the max
         sample(f.name, "_sum", x.value, nullptr, l.sum_ms / 1e3);
         sample(f.name, "_count", x.value, nullptr, l.count);
       }

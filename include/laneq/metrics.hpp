@@ -122,7 +122,8 @@ void to_json(nlohmann::json& j, const MetricsSnapshot& s);  // so `nlohmann::jso
 //                   rate_limited}_total                       counter
 //   laneq_queue_depth, laneq_in_flight, laneq_waiting         gauge
 //   laneq_queue_wait_seconds, laneq_service_time_seconds,     summary (quantile 0.5/0.9/0.99,
-//   laneq_limiter_wait_seconds                                _sum, _count; NaN quantiles if empty)
+//   laneq_limiter_wait_seconds                                quantile 1 = the max, _sum, _count;
+//                                                             NaN quantiles if empty)
 // each with one sample per lane, label lane="<name>". The same families prefixed
 // "laneq_client_" carry one sample per client, label client="<name>" (separate families, so a
 // sum() over a family never counts a request twice). No unlabelled totals: sum over lanes.

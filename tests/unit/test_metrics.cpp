@@ -432,8 +432,12 @@ TEST_CASE("to_prometheus output parses line by line", "[metrics][export]") {
   CHECK(text.find("laneq_queue_depth{lane=\"critical\"} 0\n") != std::string::npos);
   CHECK(text.find("laneq_service_time_seconds{lane=\"critical\",quantile=\"0.5\"} 0.01") !=
         std::string::npos);
+  CHECK(text.find("laneq_service_time_seconds{lane=\"critical\",quantile=\"1\"} 0.01") !=
+        std::string::npos);  // the max
   CHECK(text.find("laneq_service_time_seconds_count{lane=\"critical\"} 3\n") != std::string::npos);
   CHECK(text.find("laneq_queue_wait_seconds{lane=\"low\",quantile=\"0.99\"} NaN\n") !=
+        std::string::npos);
+  CHECK(text.find("laneq_queue_wait_seconds{lane=\"low\",quantile=\"1\"} NaN\n") !=
         std::string::npos);
   CHECK(text.find("laneq_uptime_seconds ") != std::string::npos);
 }
