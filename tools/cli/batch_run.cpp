@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -34,6 +36,20 @@ using steady = std::chrono::steady_clock;
 struct setup_error {
   std::string message;
 };
+
+// Runs one set-up step and returns what it makes. Any exception from it (a socket that cannot
+// be opened or bound, no file descriptor left, no memory) becomes a setup_error that says which
+// step failed: exit code 2 and one line on stderr, as the README promises, not std::terminate.
+template <class F>
+auto setup_step(const std::string& what, F&& f) -> decltype(std::forward<F>(f)()) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const setup_error&) {
+    throw;  // says what to do already
+  } catch (const std::exception& e) {
+    throw setup_error{what + ": " + e.what()};
+  }
+}
 
 std::vector<LaneName> lane_names() {
   std::vector<LaneName> out;
@@ -161,7 +177,9 @@ class BatchRun {
       : o_(o), items_(std::move(items)) {}
 
   int run() {
-    asio::io_context io;
+    // (Non-copyable objects come back from setup_step by guaranteed copy elision.)
+    asio::io_context io =
+        setup_step("cannot set up the event loop", [] { return asio::io_context(); });
     // The mock server (a member) runs on `io` (a local): it must go before `io` does, on every
     // way out of here, errors included, or its sockets are closed through a destroyed context.
     struct ResetMock {
@@ -171,17 +189,24 @@ class BatchRun {
     std::string base_url = o_.base_url, key;
     if (o_.mock) {
       // The mock enforces the same limits server-side: a 429 would show that laneq overran them.
-      mock_.emplace(io, mock::MockConfig{.latency = o_.mock_latency, .jitter = o_.mock_latency / 2,
-                                         .rpm = o_.rpm, .tpm = o_.tpm});
-      mock_->start();
+      setup_step("cannot start the mock API server", [&] {
+        mock_.emplace(io, mock::MockConfig{.latency = o_.mock_latency,
+                                           .jitter = o_.mock_latency / 2,
+                                           .rpm = o_.rpm, .tpm = o_.tpm});
+        mock_->start();
+      });
       base_url = mock_->base_url();
       key = "sk-mock";
     }
     // --timeout bounds each call attempt (a timed-out one is retried as a network error), not
     // queue wait + call: a journaled deadline would carry over into a resume and fail every
     // line left pending by a long enough break.
-    CurlTransport transport(io.get_executor(), {.timeout = o_.timeout});
-    const auto provider = make_provider(o_, transport, base_url, key);
+    CurlTransport transport = setup_step("cannot set up the HTTP transport", [&] {
+      return CurlTransport(io.get_executor(), {.timeout = o_.timeout});
+    });
+    const auto provider = setup_step("cannot set up the provider", [&] {
+      return make_provider(o_, transport, base_url, key);
+    });
 
     QueueConfig cfg{.workers = static_cast<std::size_t>(o_.workers),
                     .reserved_workers = static_cast<std::size_t>(
@@ -196,20 +221,23 @@ class BatchRun {
       };
     }
     std::optional<RequestQueue> queue;
-    try {
-      queue.emplace(io.get_executor(), *provider, std::move(cfg));
-    } catch (const std::system_error& e) {
-      throw setup_error{e.what()};
-    }
+    setup_step("cannot set up the request queue",
+               [&] { queue.emplace(io.get_executor(), *provider, std::move(cfg)); });
     queue_ = &*queue;
 
-    prepare_output();
-    count_lines();
-    print_start(base_url);
-    queue->start();
-    submit_all();
+    setup_step("cannot prepare " + o_.output, [&] {
+      prepare_output();
+      count_lines();
+      print_start(base_url);
+    });
+    setup_step("cannot start the run", [&] {
+      queue->start();
+      submit_all();
+    });
 
-    asio::signal_set signals(io, SIGINT, SIGTERM);
+    asio::signal_set signals = setup_step("cannot watch for SIGINT and SIGTERM", [&] {
+      return asio::signal_set(io, SIGINT, SIGTERM);
+    });
     signals.async_wait([&](std::error_code ec, int) {
       if (ec) return;
       signals.async_wait([](std::error_code e, int) {
@@ -539,7 +567,8 @@ class BatchRun {
 int run_batch(const RunOptions& options) {
   try {
     check_output_path(options);
-    BatchRun run(options, read_input(options.input));
+    BatchRun run(options, setup_step("cannot read " + options.input,
+                                     [&] { return read_input(options.input); }));
     return run.run();
   } catch (const setup_error& e) {
     std::fprintf(stderr, "laneq: %s\n", e.message.c_str());

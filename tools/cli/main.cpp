@@ -51,7 +51,7 @@ const std::vector<Flag>& run_flags() {
        [](RunOptions& o, auto f, auto v) { o.max_attempts = integer(f, v, 1, 100); }},
       {"--mock", false, "             start the bundled mock API server (with the same limits) and call it",
        [](RunOptions& o, auto, auto) { o.mock = true; }},
-      {"--mock-latency-ms", true, "N  the mock's answer time (50, +- half)",
+      {"--mock-latency-ms", true, "N  the mock's answer time: N to 1.5 N ms, uniform (50)",
        [](RunOptions& o, auto f, auto v) {
          o.mock_latency = std::chrono::milliseconds(integer(f, v, 0, big));
          o.mock_latency_given = true;

@@ -96,12 +96,11 @@ CliOptions parse_cli(int argc, const char* const* argv) {
   return opts;
 }
 
-std::string cli_usage() {
-  std::string u =
-      "usage: laneq-mock-api [flags]\n"
-      "Mock OpenAI (POST /v1/chat/completions) and Anthropic (POST /v1/messages) API server on\n"
-      "127.0.0.1. Prints \"laneq-mock-api listening on 127.0.0.1:<port>\", runs until SIGINT or\n"
-      "SIGTERM. GET /stats, POST /control/script, POST /control/reset: see docs/mock_api.md.\n\n";
+std::string cli_usage(std::string_view program) {
+  std::string u = "usage: " + std::string(program) + " [flags]\n";
+  u += "Mock OpenAI (POST /v1/chat/completions) and Anthropic (POST /v1/messages) API server on\n"
+       "127.0.0.1. Prints \"laneq-mock-api listening on 127.0.0.1:<port>\", runs until SIGINT or\n"
+       "SIGTERM. GET /stats, POST /control/script, POST /control/reset: see docs/mock_api.md.\n\n";
   return u + flags::usage(flags());
 }
 
@@ -114,7 +113,7 @@ int run_mock_program(int argc, const char* const* argv, std::string_view program
     return 2;
   }
   if (opts.help) {
-    std::cout << cli_usage();
+    std::cout << cli_usage(program);
     return 0;
   }
   try {

@@ -18,7 +18,8 @@ struct CliOptions {
 // flag, a missing or malformed value, or a config validate() rejects.
 CliOptions parse_cli(int argc, const char* const* argv);
 
-std::string cli_usage();
+// The --help text; `program` is how the user ran it ("laneq-mock-api", "laneq mock").
+std::string cli_usage(std::string_view program = "laneq-mock-api");
 
 // The whole program: parses argv[1..], serves until SIGINT / SIGTERM, returns the exit code
 // (0; 2 for bad flags; 1 when it cannot serve). `program` names it in messages
