@@ -179,6 +179,10 @@ class RequestQueue {
   // them), and in-flight calls finish (one that needs a retry then fails with shutting_down,
   // carrying its last answer). Completes void(std::error_code) once every
   // worker has stopped; before start() there are no workers, so queued requests fail.
+  // Not cancellable: the handler's cancellation slot is never used, so a cancellation (e.g. the
+  // losing side of an awaitable_operators `||`) changes nothing and the operation completes
+  // only when the shutdown has finished. To cut a drain short, call it again with
+  // drain = false (the calls in flight still finish).
   template <class CompletionToken>
   auto async_shutdown(ShutdownOptions options, CompletionToken&& token) {
     return asio::async_initiate<CompletionToken, void(std::error_code)>(
@@ -210,6 +214,8 @@ class RequestQueue {
   // A durable request's journal row by id, e.g. its outcome after a restart: completes
   // void(std::error_code, std::optional<JournalRecord>) (nullopt: no such id). The lookup runs
   // on the journal's thread. Errors: no_journal, journal.
+  // Not cancellable: the handler's cancellation slot is never used; once asked, the lookup runs
+  // to its end (after the writes queued before it) and then completes.
   template <class CompletionToken>
   auto async_result(std::string id, CompletionToken&& token) {
     return asio::async_initiate<CompletionToken,
