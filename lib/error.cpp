@@ -30,7 +30,9 @@ class category final : public std::error_category {
       case errc::exceeds_rate_limit:
         return "exceeds_rate_limit: the request's estimated cost (prompt + max_tokens, or 1 "
                "request) exceeds a rate budget's whole limit, so it could never run; lower "
-               "max_tokens, shorten the prompt or raise the limit";
+               "max_tokens, shorten the prompt or raise the limit, or give "
+               "QueueConfig::prompt_estimator if the default (~4 bytes a token) misjudges it, as "
+               "it does base64 images in Request::extra";
       case errc::rate_limited:
         return "rate_limited: the provider answered 429 (rate limit) until the retries "
                "(QueueConfig::retry) gave up; set QueueConfig::rate_limits to the account's limits "
@@ -45,7 +47,9 @@ class category final : public std::error_category {
         return "bad_request: the request is invalid, refused by laneq before sending (status 0) "
                "or by the provider (400/404/422); Response::error_message says why";
       case errc::request_too_large:
-        return "request_too_large: the request exceeds what the provider accepts";
+        return "request_too_large: the request exceeds what the provider accepts (its size, or "
+               "prompt + max_tokens beyond the account's tokens-per-minute limit); shorten it or "
+               "lower max_tokens";
       case errc::quota_exceeded:
         return "quota_exceeded: the account's quota is used up (not a rate limit; do not retry)";
       case errc::server_error:
