@@ -67,12 +67,18 @@ void validate(const CurlTransportConfig& c) {
 // (a journal's file). Closing the duplicate is always safe. Waits hold a shared_ptr, so an
 // entry let go while a wait is pending is recognised by `closed`.
 struct curl_socket_info {
-  curl_socket_info(asio::posix::stream_descriptor w, curl_socket_t f, bool o)
-      : watch(std::move(w)), fd(f), ours(o) {}
+  curl_socket_info(asio::posix::stream_descriptor w, curl_socket_t f, bool o, struct stat id)
+      : watch(std::move(w)), fd(f), ours(o), dev(id.st_dev), ino(id.st_ino) {}
   asio::posix::stream_descriptor watch;
   curl_socket_t fd;  // curl's number
   bool ours;         // opened by on_open_socket; else curl's own (the resolver's wake-up socket)
+  dev_t dev;         // the watched file's identity, to tell whether `fd` still names it
+  ino_t ino;
   int what = 0;      // CURL_POLL_IN / OUT / INOUT; 0 = curl does not want it watched
+  // curl has asked to read from it, so it connected: curl 7.88 closes past the callback only
+  // sockets that never did, so no identity check is needed any more (a pooled connection's
+  // reuse costs no system call).
+  bool connected = false;
   bool reading = false, writing = false, closed = false;
 };
 
@@ -366,8 +372,9 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     if (what == CURL_POLL_REMOVE) {
       if (it == self->sockets_.end()) return 0;
       auto& s = *it->second;
-      // curl's own descriptor, or a socket of ours that curl closed past our callback: let go.
-      if (!s.ours || !still_curls(s)) {
+      // curl's own descriptor, or a socket of ours that curl closed past our callback (one
+      // that never connected): let go.
+      if (!s.ours || (!s.connected && !still_curls(s))) {
         let_go(s);
         self->sockets_.erase(it);
         return 0;
@@ -378,21 +385,24 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
       s.watch.cancel(ignored);
       return 0;
     }
-    if (it != self->sockets_.end() && !it->second->ours && !still_curls(*it->second)) {
-      let_go(*it->second);  // an earlier wake-up socket's number, reused
+    // An entry whose socket curl may have closed past us (its own wake-up socket, or one of
+    // ours that never connected) is checked: its number may now name another socket.
+    if (it != self->sockets_.end() && !it->second->connected && !still_curls(*it->second)) {
+      let_go(*it->second);
       self->sockets_.erase(it);
       it = self->sockets_.end();
     }
     if (it == self->sockets_.end()) {
       // Not opened through us: the threaded resolver's wake-up socket while a name lookup
       // runs. Unwatched, curl looked at the lookup only on its back-off timer (1, 3, 7 ...
-      // 255 ms, then every 250 ms): a 280 ms lookup took 505. If it cannot be watched, that
+      // 255 ms, then every 250 ms): a 256 ms lookup took 505. If it cannot be watched, that
       // timer is still there.
       auto s = self->watch_new(fd, /*ours=*/false);
       if (!s) return 0;
       it = self->sockets_.emplace(fd, std::move(s)).first;
     }
     it->second->what = what;
+    if (it->second->ours && (what & CURL_POLL_IN)) it->second->connected = true;
     self->arm(it->second);
     return 0;
   }
@@ -457,6 +467,11 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
   std::shared_ptr<curl_socket_info> watch_new(curl_socket_t fd, bool ours) {
     const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (dup < 0) return nullptr;
+    struct stat id {};
+    if (::fstat(dup, &id) != 0) {
+      ::close(dup);
+      return nullptr;
+    }
     asio::posix::stream_descriptor watch(strand_);
     std::error_code ec;
     watch.assign(dup, ec);
@@ -464,7 +479,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
       ::close(dup);
       return nullptr;
     }
-    return std::make_shared<curl_socket_info>(std::move(watch), fd, ours);
+    return std::make_shared<curl_socket_info>(std::move(watch), fd, ours, id);
   }
 
   // Stops watching and closes the duplicate (never curl's number); pending waits end aborted.
@@ -476,10 +491,9 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
 
   // Whether curl's number still names the socket our duplicate watches (closed and reused, it
   // names another file, or none).
-  static bool still_curls(curl_socket_info& s) {
-    struct stat a {}, b {};
-    return ::fstat(s.fd, &a) == 0 && ::fstat(s.watch.native_handle(), &b) == 0 &&
-           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  static bool still_curls(const curl_socket_info& s) {
+    struct stat now {};
+    return ::fstat(s.fd, &now) == 0 && now.st_dev == s.dev && now.st_ino == s.ino;
   }
 
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* userp) {

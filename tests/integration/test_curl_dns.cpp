@@ -1,7 +1,7 @@
 // CurlTransport during a name lookup. curl 7.88 resolves names on a thread of its own; this
 // binary replaces getaddrinfo (a definition in the executable wins over libc's for libcurl's
 // calls) so that names under .stuck-dns.test block until the test lets them go, like a DNS
-// server that does not answer; names under .slow-dns.test answer 127.0.0.1 after 280 ms; names
+// server that does not answer; names under .slow-dns.test answer 127.0.0.1 after 256 ms; names
 // under .dual-dns.test answer ::1 first, then 127.0.0.1 (a host whose "localhost" has both, in
 // front of a server that listens on IPv4 only). Its own binary: the replacement would affect
 // any other test.
@@ -68,7 +68,7 @@ extern "C" [[gnu::visibility("default")]] int getaddrinfo(const char* node, cons
     return real(address, service, &h, out);
   };
   if (node != nullptr && std::string_view(node).ends_with(".slow-dns.test")) {
-    std::this_thread::sleep_for(280ms);  // a DNS server that takes its time (curl's thread)
+    std::this_thread::sleep_for(256ms);  // a DNS server that takes its time (curl's thread)
     return numeric("127.0.0.1", res);
   }
   if (node != nullptr && std::string_view(node).ends_with(".dual-dns.test")) {
@@ -182,7 +182,7 @@ TEST_CASE("a name that resolves to ::1 then 127.0.0.1 reaches an IPv4-only serve
 TEST_CASE("a connection waits for a slow name lookup no longer than the lookup takes",
           "[transport][dns]") {
   // curl's resolver thread wakes curl through a socket pair; unwatched, curl only looked at the
-  // lookup on its back-off timer (1, 3, 7 ... 255 ms, then every 250 ms): 280 ms became 505.
+  // lookup on its back-off timer (1, 3, 7 ... 255 ms, then every 250 ms): 256 ms became 505.
   laneq::mock::MockServerThread mock;
   asio::io_context io;
   laneq::CurlTransport transport(io.get_executor());
@@ -195,6 +195,6 @@ TEST_CASE("a connection waits for a slow name lookup no longer than the lookup t
     took = std::chrono::steady_clock::now() - t0;
     CHECK_FALSE(ec);
   });
-  CHECK(took >= 280ms);
-  CHECK(took < 480ms);  // the lookup's 280 ms, and up to 200 ms for the rest of the exchange
+  CHECK(took >= 256ms);
+  CHECK(took < 490ms);  // the lookup's 256 ms, and up to 234 ms for the rest of the exchange
 }

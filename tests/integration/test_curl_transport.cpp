@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -308,6 +309,11 @@ TEST_CASE("a transfer cancelled while it connects leaves no descriptor of curl's
   asio::ip::tcp::socket first(io);
   first.connect(full.local_endpoint());  // takes the one place in the backlog
   const std::string url = "http://127.0.0.1:" + std::to_string(full.local_endpoint().port()) + "/";
+  const auto open_descriptors = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                         std::filesystem::directory_iterator{});
+  };
+  const auto before = open_descriptors();
   int file = -1;
   {
     laneq::CurlTransport transport(io.get_executor());
@@ -326,6 +332,7 @@ TEST_CASE("a transfer cancelled while it connects leaves no descriptor of curl's
   }  // the transport is destroyed: it must close nothing of the file's
   CHECK(::fcntl(file, F_GETFD) != -1);
   ::close(file);
+  CHECK(open_descriptors() == before);  // and it leaves none of its own (curl's, duplicates)
 }
 
 TEST_CASE("a HEAD request completes with the headers - it does not wait for a body", "[transport][tls]") {
