@@ -52,8 +52,8 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
 //   overloaded_error, any status                 -> overloaded
 //   request_too_large, any status                -> request_too_large
 //   billing_error, any status                    -> quota_exceeded
-//   a message with "credit balance is too low"   -> quota_exceeded (Anthropic sends it as 400
-//                                                   invalid_request_error)
+//   invalid_request_error with "credit balance   -> quota_exceeded (an empty account: Anthropic
+//   is too low" in its message                      sends it as a 400)
 //   401, 403                                     -> auth
 //   413                                          -> request_too_large
 //   429                                          -> rate_limited
