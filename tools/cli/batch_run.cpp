@@ -230,7 +230,7 @@ class BatchRun {
       count_lines();
       print_start(base_url);
     });
-    setup_step("cannot start the run", [&] {
+    setup_step("cannot start the queue and submit the lines", [&] {
       queue->start();
       submit_all();
     });
