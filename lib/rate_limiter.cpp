@@ -45,7 +45,7 @@ std::int64_t& limit_field(RateLimits& l, kind k) {
   }
 }
 
-// The largest limit validate() allows.
+// The largest limit validate_rate_limits() allows.
 constexpr std::int64_t max_limit = std::int64_t{1} << 50;
 
 // A cost field as the budgets see it: a negative one is 0 (no refund, and input + output cannot
@@ -66,28 +66,23 @@ std::int64_t cost_of(kind k, const RateCost& c) {
   }
 }
 
-void validate(const RateLimits& l, const std::string& name) {
+}  // namespace
+
+void validate_rate_limits(const RateLimits& l, std::string_view where) {
+  const auto bad = [&](const std::string& what) {
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            "RateLimits::" + what + " (" + std::string(where) + ")");
+  };
   const auto limits = limits_of(l);
   for (std::size_t k = 0; k < k_count; ++k)
     if (limits[k] < 0)
-      throw std::system_error(make_error_code(errc::invalid_config),
-                              "RateLimits::" + std::string(kind_names[k]) + " must be >= 0 (got " +
-                                  std::to_string(limits[k]) + ", limiter \"" + name + "\")");
-  if (l.period.count() <= 0)
-    throw std::system_error(make_error_code(errc::invalid_config),
-                            "RateLimits::period must be > 0 (limiter \"" + name + "\")");
+      bad(std::string(kind_names[k]) + " must be >= 0 (got " + std::to_string(limits[k]) + ")");
+  if (l.period.count() <= 0) bad("period must be > 0");
   // Bounds that keep the window's time and unit arithmetic far from overflow.
-  if (l.period > std::chrono::hours(24 * 366))
-    throw std::system_error(make_error_code(errc::invalid_config),
-                            "RateLimits::period must be at most a year (limiter \"" + name + "\")");
+  if (l.period > std::chrono::hours(24 * 366)) bad("period must be at most a year");
   for (std::size_t k = 0; k < k_count; ++k)
-    if (limits[k] > max_limit)
-      throw std::system_error(make_error_code(errc::invalid_config),
-                              "RateLimits::" + std::string(kind_names[k]) + " must be at most 2^50 (limiter \"" +
-                                  name + "\")");
+    if (limits[k] > max_limit) bad(std::string(kind_names[k]) + " must be at most 2^50");
 }
-
-}  // namespace
 
 namespace detail {
 
@@ -327,7 +322,7 @@ struct canceller {
 
 RateLimiter::RateLimiter(executor_type ex, RateLimits limits, std::string name)
     : executor_(ex) {
-  validate(limits, name);
+  validate_rate_limits(limits, "limiter \"" + name + "\"");
   state_ = std::make_shared<detail::limiter_state>(ex, limits, std::move(name));
   state_->refresh();
 }
@@ -507,7 +502,7 @@ void RateLimiter::pause_for(std::chrono::nanoseconds d) {
 
 void RateLimiter::set_limits(RateLimits limits) {
   auto& s = *state_;
-  validate(limits, s.name);
+  validate_rate_limits(limits, "limiter \"" + s.name + "\"");
   detail::limiter_state::ready_list ready;
   {
     std::lock_guard lock(s.mu);

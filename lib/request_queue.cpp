@@ -67,21 +67,6 @@ steady::time_point deadline_after(steady::time_point now, std::chrono::milliseco
   throw std::system_error(make_error_code(errc::invalid_config), what);
 }
 
-// The limiter names its own field ("RateLimits::requests must be >= 0"); this says which of
-// the queue's fields held it.
-std::unique_ptr<RateLimiter> make_limiter(const asio::any_io_executor& ex, const RateLimits& l,
-                                          const std::string& name, const std::string& field) {
-  try {
-    return std::make_unique<RateLimiter>(ex, l, name);
-  } catch (const std::system_error& e) {
-    if (e.code() != errc::invalid_config) throw;
-    std::string what = e.what();  // "<what_arg>: <the code's message>"
-    if (const std::string tail = ": " + e.code().message(); what.ends_with(tail))
-      what.resize(what.size() - tail.size());
-    bad_config(field + ": " + what);
-  }
-}
-
 std::string lane_name(const LaneConfig& l) {
   if (!l.name.empty()) return l.name;
   const auto n = priority_name(l.priority);
@@ -132,6 +117,7 @@ void validate(const QueueConfig& c) {
       c.retry.max_retry_after.count() < 0)
     bad_config("QueueConfig::retry delays must be >= 0");
   if (c.default_max_tokens < 0) bad_config("QueueConfig::default_max_tokens must be >= 0");
+  validate_rate_limits(c.rate_limits, "QueueConfig::rate_limits");
   for (const auto& [model, limits] : c.model_rate_limits) {
     if (model.empty()) bad_config("QueueConfig::model_rate_limits: a model name is empty");
     // Limiter names are metrics labels: the queue's own is "default", and labels are UTF-8.
@@ -140,6 +126,7 @@ void validate(const QueueConfig& c) {
                  "(QueueConfig::rate_limits)");
     if (!detail::is_valid_utf8(model))
       bad_config("QueueConfig::model_rate_limits: a model name is not valid UTF-8");
+    validate_rate_limits(limits, "QueueConfig::model_rate_limits[\"" + model + "\"]");
   }
 }
 
@@ -366,12 +353,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         metrics_(metric_lanes(sched_, cfg_), cfg_.metrics_max_clients),
         timer_(strand_),
         waiting_(sched_.lane_count()),
-        limiter_(make_limiter(ex, cfg_.rate_limits, "default", "QueueConfig::rate_limits")),
+        limiter_(std::make_unique<RateLimiter>(ex, cfg_.rate_limits, "default")),
         rng_(std::random_device{}()),
         executor_(ex) {
     for (const auto& [model, limits] : cfg_.model_rate_limits)
-      model_limiters_.emplace(
-          model, make_limiter(ex, limits, model, "QueueConfig::model_rate_limits[\"" + model + "\"]"));
+      model_limiters_.emplace(model, std::make_unique<RateLimiter>(ex, limits, model));
     for (const auto& [client, w] : cfg_.client_weights) sched_.set_client_weight(client, w);
     for (const LaneConfig* l : lanes_by_rank(sched_, cfg_)) lane_when_full_.push_back(l->when_full);
     journal_ = cfg_.journal_store ? cfg_.journal_store

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include <asio/any_io_executor.hpp>
@@ -54,6 +55,11 @@ struct RateLimits {
   }
 };
 
+// Throws std::system_error(errc::invalid_config) for a negative limit or one above 2^50, or a
+// period <= 0 or above a year: "RateLimits::requests must be >= 0 (got -1) (<where>)", where
+// `where` says whose limits they are ("QueueConfig::rate_limits", "limiter \"default\"").
+void validate_rate_limits(const RateLimits& limits, std::string_view where);
+
 // What one call costs. `tokens` budgets are charged input + output. A negative field counts as
 // 0; one above 2^50 (the largest limit) as more than any budget: exceeds_rate_limit.
 struct RateCost {
@@ -83,8 +89,8 @@ class RateLimiter {
   static constexpr Ticket unmetered_ticket = ~Ticket{0};
   using Completion = detail::unique_function<void(std::error_code, Ticket)>;
 
-  // Throws std::system_error(errc::invalid_config) naming the bad field (a negative limit or
-  // one above 2^50, a period <= 0 or above a year).
+  // Throws std::system_error(errc::invalid_config) naming the bad field (see
+  // validate_rate_limits).
   RateLimiter(executor_type ex, RateLimits limits, std::string name = "default");
   ~RateLimiter();
   RateLimiter(const RateLimiter&) = delete;

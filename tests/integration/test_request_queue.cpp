@@ -1083,9 +1083,10 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
   expect({.client_weights = {{"x", 0}}}, "client_weights");
   expect({.client_weights = {{std::string(64, 'x'), 2}}}, "longer than a client name");
   expect({.model_rate_limits = {{"default", {.requests = 5}}}}, "the queue's own limiter");
-  expect({.rate_limits = {.requests = -1}}, "QueueConfig::rate_limits: RateLimits::requests must be >= 0");
+  expect({.rate_limits = {.requests = -1}},
+         "RateLimits::requests must be >= 0 (got -1) (QueueConfig::rate_limits)");
   expect({.model_rate_limits = {{"gpt-4o", {.tokens = -1}}}},
-         "QueueConfig::model_rate_limits[\"gpt-4o\"]: RateLimits::tokens must be >= 0");
+         "RateLimits::tokens must be >= 0 (got -1) (QueueConfig::model_rate_limits[\"gpt-4o\"])");
   expect({.model_rate_limits = {{"caf\xc3", {.requests = 5}}}}, "not valid UTF-8");
   expect({.quantum = 0}, "quantum");
   expect({.lanes = {{.priority = Priority::high, .name = "x"}, {.priority = Priority::low, .name = "x"}}},
