@@ -246,33 +246,32 @@ TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
   refused({"--out", dir.file("o"), "--base-url", "127.0.0.1:9"}, "must start with http://");
   CHECK_FALSE(fs::exists(dir.file("o")));
   CHECK_FALSE(fs::exists("--mock"));
+  fs::remove("--mock");  // (left by a regression: not in the build directory for the next run)
   // a bad URL is not a missing key: no key hint
   const auto url = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("o"), "--base-url",
                             "127.0.0.1:9"}, mock_env);
   CHECK(url.err.find("OPENAI_API_KEY") == std::string::npos);
 }
 
+// In the ASan+UBSan build, UBSan stops the run inside Asio 1.22 itself: a signal_set made with
+// no descriptor left reports an invalid vptr in asio/detail/impl/signal_set_service.ipp (seen at
+// ulimit -n 12 and 13). Asio's edge, not laneq's handling, which the plain and TSan builds
+// check: hidden there ("[.]"), so CTest does not register it rather than report a pass.
+#if defined(__SANITIZE_ADDRESS__)
+#define LANEQ_NOT_UNDER_UBSAN "[.]"
+#else
+#define LANEQ_NOT_UNDER_UBSAN ""
+#endif
 TEST_CASE("laneq run exits 2 with one line naming the set-up step that failed, never aborting, "
           "when it runs out of file descriptors",
-          "[cli]") {
+          "[cli]" LANEQ_NOT_UNDER_UBSAN) {
   // No flag makes the mock server's constructor (its socket) or the transport's fail, but a low
   // limit on open files does. Under `ulimit -n N` for growing N each run gets one step further
   // (the event loop's reactor, the mock's socket, the output file, the signal pipe) until one
   // has enough. The input is empty, so a run that gets through set-up ends at once with 0.
-#if defined(__SANITIZE_ADDRESS__)
-  // In the ASan+UBSan build, UBSan stops the run inside Asio 1.22 itself: a signal_set made with
-  // no descriptor left reports an invalid vptr in asio/detail/impl/signal_set_service.ipp
-  // (seen at ulimit -n 12 and 13). Asio's edge, not laneq's handling, which the plain and TSan
-  // builds check.
-  SUCCEED("not run under UBSan");
-  return;
-#endif
   TempDir dir;
   write_lines(dir.file("in.jsonl"), {});
-  auto env = clean_env;
-  // LeakSanitizer lists threads through /proc at exit: a run short of descriptors must not
-  // turn that into an exit code of its own.
-  env.push_back("ASAN_OPTIONS=detect_leaks=0");
+  const auto& env = clean_env;
   int setup_failures = 0;
   bool got_through = false;
   for (int limit = 4; limit <= 256 && !got_through; ++limit) {

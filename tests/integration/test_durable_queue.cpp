@@ -13,6 +13,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -1148,6 +1149,19 @@ TEST_CASE("4000 durable submits from 4 threads on a 4-thread io_context each com
   queue.start();
   std::vector<std::atomic<int>> completions(n);
   std::atomic<int> failures{0}, done{0};
+  // A lost completion would leave the loop running forever: stopped after 120 s, the test
+  // fails instead of hanging until CTest's limit.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool loop_ended = false;
+  std::atomic<bool> gave_up{false};
+  std::thread watchdog([&] {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, 120s, [&] { return loop_ended; })) {
+      gave_up = true;
+      io.stop();
+    }
+  });
   std::vector<std::thread> loop;
   for (int t = 0; t < threads; ++t) loop.emplace_back([&] { io.run(); });  // until shutdown
   std::vector<std::thread> submitters;
@@ -1164,6 +1178,13 @@ TEST_CASE("4000 durable submits from 4 threads on a 4-thread io_context each com
     });
   for (auto& t : submitters) t.join();
   for (auto& t : loop) t.join();
+  {
+    std::lock_guard lock(mu);
+    loop_ended = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  REQUIRE_FALSE(gave_up.load());  // with done.load() completions of n
 
   CHECK(failures.load() == 0);
   int once = 0;

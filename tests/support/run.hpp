@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include <asio/any_io_executor.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
@@ -56,6 +57,21 @@ inline asio::awaitable<void> wait_until(std::function<bool()> done) {
       throw std::runtime_error("wait_until: the condition did not hold within 30 s");
     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
   }
+}
+
+// For handlers, not coroutines: runs `then` on `ex` once `done()` holds, checked once per turn
+// of the loop (so a test acts when a call is in flight, not after a guessed delay). Throws out
+// of the loop's run() after 30 s.
+inline void when(const asio::any_io_executor& ex, std::function<bool()> done,
+                 std::function<void()> then,
+                 std::chrono::steady_clock::time_point until = std::chrono::steady_clock::now() +
+                                                               std::chrono::seconds(30)) {
+  asio::post(ex, [ex, done = std::move(done), then = std::move(then), until]() mutable {
+    if (done()) return then();
+    if (std::chrono::steady_clock::now() >= until)
+      throw std::runtime_error("when: the condition did not hold within 30 s");
+    when(ex, std::move(done), std::move(then), until);
+  });
 }
 
 inline Request chat(std::string text = "hello", std::int32_t max_tokens = 32) {

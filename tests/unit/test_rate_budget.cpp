@@ -279,6 +279,7 @@ TEST_CASE("B3 arithmetic: 600 RPM as 50 per 5 s, 400 backlogged, 20 s", "[rate_b
         grants.emplace_back(now, 1);
         --left;
       } else {
+        REQUIRE(g.ready_at > now);  // (a refusal that names no later time would loop forever)
         now = g.ready_at;
       }
     }

@@ -886,8 +886,10 @@ TEST_CASE("lane default deadlines and explicit deadlines expire earliest first",
   while (auto item = f.s.pop_expired(t0 + 15s)) expired.push_back(item->payload);
   CHECK(expired == std::vector<std::uint64_t>{e1, l1, n1});
   CHECK(f.s.next_deadline() == t0 + 20s);
-  CHECK(f.s.remove(f.s.pop(t0)->id) == std::nullopt);  // popping e2 leaves only `none`
-  (void)e2;
+  const auto popped = f.s.pop(t0);  // e2, the one with the explicit deadline, leaving `none`
+  REQUIRE(popped);
+  CHECK(popped->payload == e2);
+  CHECK(f.s.remove(popped->id) == std::nullopt);
   CHECK_FALSE(f.s.next_deadline());
   CHECK(f.s.size() == 1);
 }

@@ -63,7 +63,8 @@ std::vector<Ev> parse_split(std::string_view stream, std::mt19937_64& rng, std::
   return feed_chunks(p, chunks);
 }
 
-void collect_free_function(const SseEvent&) {}
+int free_function_events = 0;
+void collect_free_function(const SseEvent&) { ++free_function_events; }
 
 }  // namespace
 
@@ -277,6 +278,7 @@ TEST_CASE("feed takes lambdas, const callables and plain functions") {
   p.feed("data: 2\n\n", collect_free_function);
   p.feed("data: 3\n\n", &collect_free_function);
   CHECK(n == 1);
+  CHECK(free_function_events == 2);
   CHECK_FALSE(p.failed());
 }
 
