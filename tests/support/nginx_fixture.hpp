@@ -102,7 +102,17 @@ class NginxFixture {
   void stop() noexcept {
     if (pid_ > 0) {
       ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
+      // nginx's master waits for its workers; one that hangs must not hang the test: 10 s,
+      // then SIGKILL.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (::waitpid(pid_, nullptr, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() >= until) {
+          ::kill(pid_, SIGKILL);
+          ::waitpid(pid_, nullptr, 0);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a child's exit
+      }
       pid_ = -1;
     }
     std::error_code ignored;
