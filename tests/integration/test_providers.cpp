@@ -236,17 +236,24 @@ TEST_CASE("both providers: streaming delivers deltas as they arrive and the usag
           "[providers][stream]") {
   for (Api api : {Api::openai, Api::anthropic}) {
     DYNAMIC_SECTION(api_name(api)) {
-      laneq::mock::MockServerThread mock({.stream_chunk_delay = 5ms, .completion_tokens = 12});
+      // 12 chunks 30 ms apart: a transport that buffered the whole body would hand every
+      // delta over at the end, after ~330 ms
+      laneq::mock::MockServerThread mock({.stream_chunk_delay = 30ms, .completion_tokens = 12});
       asio::io_context io;
       Client c(io, api, mock);
       laneq::RequestQueue queue(io.get_executor(), *c.provider, fast_retries(1));
       queue.start();
       std::vector<std::string> deltas;
+      std::chrono::steady_clock::time_point first_delta{}, done{};
       run(io, [&]() -> asio::awaitable<void> {
         laneq::Request req = chat("stream to me please", 64);
         req.stream = true;
-        req.on_delta = [&](std::string_view d) { deltas.emplace_back(d); };
+        req.on_delta = [&](std::string_view d) {
+          if (deltas.empty()) first_delta = std::chrono::steady_clock::now();
+          deltas.emplace_back(d);
+        };
         laneq::Response r = co_await queue.submit(req);
+        done = std::chrono::steady_clock::now();
         CHECK(r.status == 200);
         CHECK(r.usage.output_tokens == 12);
         CHECK(r.usage.input_tokens > 0);
@@ -257,6 +264,7 @@ TEST_CASE("both providers: streaming delivers deltas as they arrive and the usag
         co_await queue.shutdown();
       });
       CHECK(deltas.size() > 1);
+      CHECK(done - first_delta >= 150ms);  // the first delta came well before the end
     }
   }
 }
