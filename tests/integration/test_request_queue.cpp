@@ -1115,13 +1115,23 @@ TEST_CASE("a timeout of 0 or less is refused at submit with bad_request, not exp
       CHECK(ec == errc::bad_request);  // was timeout, as if it had waited
       CHECK_THAT(r.error_message, Catch::Contains("SubmitOptions::timeout must be > 0"));
     }
+    try {  // thrown: laneq's own refusal, not labelled as the provider's answer
+      co_await queue.submit(chat("bad"), {.timeout = 0ms});
+      FAIL("expected a failure");
+    } catch (const laneq::RequestError& e) {
+      CHECK(e.code() == errc::bad_request);
+      CHECK(e.response().status == 0);
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Contains("SubmitOptions::timeout must be > 0"));
+      CHECK_THAT(what, !Catch::Contains("provider:") && !Catch::Contains("from the provider"));
+    }
     auto [ec, r] = co_await queue.async_submit(chat("ok"), {.timeout = 5s}, tuple_awaitable);
     CHECK_FALSE(ec);
     co_await queue.shutdown();
   });
   CHECK(provider.seen() == std::vector<std::string>{"ok"});
   const auto m = queue.metrics();
-  CHECK(m.total.rejected == 2);
+  CHECK(m.total.rejected == 3);
   CHECK(m.total.expired == 0);
 }
 
@@ -1220,28 +1230,6 @@ TEST_CASE("provider failures reach the caller with their code and details", "[qu
     co_await queue.shutdown();
   });
   CHECK(queue.metrics().total.failed == 1);
-}
-
-TEST_CASE("a refusal laneq makes before sending is not labelled as the provider's answer",
-          "[queue][errors]") {
-  asio::io_context io;
-  RecordingProvider provider;
-  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
-  queue.start();
-  run(io, [&]() -> asio::awaitable<void> {
-    try {
-      co_await queue.submit(chat(), {.timeout = 0ms});
-      FAIL("expected a failure");
-    } catch (const laneq::RequestError& e) {
-      CHECK(e.code() == errc::bad_request);
-      CHECK(e.response().status == 0);
-      const std::string what = e.what();
-      CHECK_THAT(what, Catch::Contains("SubmitOptions::timeout must be > 0"));
-      CHECK_THAT(what, !Catch::Contains("provider:") && !Catch::Contains("from the provider"));
-    }
-    co_await queue.shutdown();
-  });
-  CHECK(provider.seen().empty());
 }
 
 TEST_CASE("a prompt estimator that throws fails the submit with its message", "[queue][errors]") {
