@@ -19,6 +19,7 @@
 #include "laneq/rate_limit_headers.hpp"
 #include "mock_api/mock_server.hpp"
 #include "mock_api/mock_server_thread.hpp"
+#include "mock_api/mock_stats.hpp"
 #include "support/child_process.hpp"
 #include "support/http_client.hpp"
 
@@ -913,6 +914,25 @@ TEST_CASE("the busiest 1 s window counts concurrent callers on many connections"
   CHECK(s["max_in_60s"] == 6);
   CHECK(s["peak_in_flight"] == 6);
   CHECK(s["connections"]["peak"] == 6);
+}
+
+TEST_CASE("the busiest-window counts on a given clock - windows of 1 s and 60 s, ends excluded") {
+  // The two tests above check these counts only when their run was fast enough; here the
+  // arithmetic is checked on times of the test's choosing.
+  laneq::mock::MockStats stats(100);
+  const std::chrono::steady_clock::time_point t0{std::chrono::hours(1)};
+  const laneq::mock::CallInfo call{.path = "/v1/chat/completions"};
+  for (const auto at : {0ms, 100ms, 999ms}) stats.call_started(call, t0 + at);  // 3 in (t0-1s, t0+999]
+  CHECK(stats.to_json()["max_in_1s"] == 3);
+  stats.call_started(call, t0 + 1000ms);  // the window (0, 1000]: t0 has left it
+  CHECK(stats.to_json()["max_in_1s"] == 3);
+  stats.call_started(call, t0 + 1050ms);  // (50, 1050]: 100, 999, 1000, 1050
+  CHECK(stats.to_json()["max_in_1s"] == 4);
+  stats.call_started(call, t0 + 59'999ms);
+  stats.call_started(call, t0 + 60'000ms);  // (0, 60000]: all but t0
+  CHECK(stats.to_json()["max_in_60s"] == 6);
+  CHECK(stats.to_json()["max_in_1s"] == 4);
+  CHECK(stats.to_json()["requests"] == 7);
 }
 
 // --- in-process use and the program ---------------------------------------------------------
