@@ -584,7 +584,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       op->prompt_tokens = static_cast<std::int32_t>(
           std::clamp<std::int64_t>(prompt, 0, std::numeric_limits<std::int32_t>::max()));
     } catch (const std::exception& e) {
-      return reject(op, errc::internal, std::string("QueueConfig::prompt_estimator threw: ") + e.what());
+      return reject(op, errc::internal,
+                    std::string("QueueConfig::prompt_estimator threw: ") + e.what());
     } catch (...) {
       return reject(op, errc::internal, "QueueConfig::prompt_estimator threw a non-exception");
     }

@@ -127,7 +127,8 @@ std::error_code error_code_for(int status, std::string_view error_type,
   if (error_type == "billing_error") return err(errc::quota_exceeded);
   // An empty account answers 400 invalid_request_error, "Your credit balance is too low to
   // access the Anthropic API": billing, not a malformed request.
-  if (error_type == "invalid_request_error" && detail::icontains(message, "credit balance is too low"))
+  if (error_type == "invalid_request_error" &&
+      detail::icontains(message, "credit balance is too low"))
     return err(errc::quota_exceeded);
   if (status == 0 || is_2xx(status)) {
     if (error_type == "rate_limit_error") return err(errc::rate_limited);

@@ -20,8 +20,9 @@ void check_headers(const Headers& headers, const char* provider);
 // `key` / `base` from config, else from the environment variables named; `path` ("/v1/...") is
 // appended once, before the base's query ("?api-version="): a base already ending in "/v1"
 // is not doubled, and with `base_path_is_root` (OpenAI's SDK rule) a base that has a path of
-// its own is the API's root: "/chat/completions" follows it ("https://h/v1beta/openai"). Throws std::system_error(errc::invalid_config) when neither a key nor a
-// custom base URL is given, or the base is not an http(s) URL without control characters
+// its own is the API's root: "/chat/completions" follows it ("https://h/v1beta/openai").
+// Throws std::system_error(errc::invalid_config) when neither a key nor a custom base URL is
+// given, or the base is not an http(s) URL without control characters
 // (messages leave out the query: it may hold a key).
 Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base,
                           const char* base_env, const char* default_base, const std::string& path,

@@ -43,7 +43,8 @@ std::string request_body(const Request& request, std::int32_t fallback_max_token
 // usage.output_tokens = output_tokens, finish_reason = stop_reason.
 // Failure ({"type":"error","error":{"type","message"}}): error_type / error_message from it, or
 // error_message = the start of a non-JSON body (at most 512 bytes). The code is
-// error_code_for(status, error.type, error.message). Never throws (allocation failure -> errc::internal).
+// error_code_for(status, error.type, error.message). Never throws (allocation failure ->
+// errc::internal).
 std::error_code parse_response(int status, const Headers& headers, std::string_view body,
                                Response& out) noexcept;
 
