@@ -231,6 +231,7 @@ TEST_CASE("Expect: 100-continue gets an interim 100 before the body is sent") {
   c.send_raw("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer k\r\n"
              "expect: 100-continue\r\ncontent-length: " + std::to_string(body.size()) + "\r\n\r\n");
   CHECK(c.read_head().status == 100);
+  CHECK(server.wait_stats([](const json& s) { return s["connections"]["waited_for_body"] == 1; }));
   c.send_raw(body);
   const auto r = c.read_response();
   REQUIRE(r.status == 200);
@@ -245,8 +246,9 @@ TEST_CASE("an HTTP/1.0 stream comes unframed and ends with the close - its Expec
   const std::string text = body.dump();
   c.send_raw("POST /v1/chat/completions HTTP/1.0\r\nhost: x\r\nauthorization: Bearer k\r\n"
              "expect: 100-continue\r\ncontent-length: " + std::to_string(text.size()) + "\r\n\r\n");
-  // Give the server time to see the head alone: a 100 Continue would be sent now.
-  std::this_thread::sleep_for(100ms);
+  // Once the server has seen the head alone, a 100 Continue would have been written already
+  // (it is written before the server waits for the body, which it counts).
+  REQUIRE(server.wait_stats([](const json& s) { return s["connections"]["waited_for_body"] == 1; }));
   c.send_raw(text);
   auto r = c.read_head();
   REQUIRE(r.status == 200);  // not an interim 100: a 1.0 client cannot take one

@@ -109,6 +109,7 @@ class Session {
   asio::awaitable<void> serve_connection() {
     RequestParser parser(core_->responder.config().max_body_bytes);
     bool continue_sent = false;
+    bool body_awaited = false;  // counted once per request
     char buf[16 * 1024];
     for (;;) {
       const auto r = parser.parse(in_);
@@ -127,12 +128,16 @@ class Session {
           auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(continue_100), use_tuple);
           if (ec) co_return;
         }
+        if (parser.headers_complete() && !body_awaited) {
+          body_awaited = true;
+          stats().waited_for_body();
+        }
         auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf), use_tuple);
         if (ec) co_return;  // the client closed an idle connection (or stop())
         in_.append(buf, n);
         continue;
       }
-      continue_sent = false;
+      continue_sent = body_awaited = false;
       const HttpRequest request = parser.take();
       if (!co_await serve(request)) co_return;
     }

@@ -102,6 +102,12 @@ void MockStats::closed_in_flight() {
   changed();
 }
 
+void MockStats::waited_for_body() {
+  std::lock_guard lock(mu_);
+  ++waited_for_body_;
+  changed();
+}
+
 void MockStats::usage(std::int64_t prompt_tokens, std::int64_t completion_tokens) {
   std::lock_guard lock(mu_);
   prompt_tokens_ += prompt_tokens;
@@ -133,7 +139,8 @@ nlohmann::json MockStats::to_json_locked() const {
        {{"current", connections_},
         {"peak", peak_connections_},
         {"accepted", accepted_},
-        {"closed_in_flight", closed_in_flight_}}},
+        {"closed_in_flight", closed_in_flight_},
+        {"waited_for_body", waited_for_body_}}},
   };
 }
 
@@ -154,7 +161,7 @@ void MockStats::reset() {
   w60s_ = Window{60'000};
   peak_in_flight_ = in_flight_;
   peak_connections_ = connections_;
-  accepted_ = closed_in_flight_ = 0;
+  accepted_ = closed_in_flight_ = waited_for_body_ = 0;
   changed();
 }
 

@@ -42,6 +42,9 @@ class MockStats {
   void reset_sent();
   void injected(std::string_view kind);
   void closed_in_flight();        // the client closed the connection before the answer was complete
+  // A request's head was complete and its body still to come: the server waited for the body
+  // (after its interim 100, if it sent one). Once per request.
+  void waited_for_body();
   void usage(std::int64_t prompt_tokens, std::int64_t completion_tokens);
 
   nlohmann::json to_json() const;
@@ -77,7 +80,7 @@ class MockStats {
   Window w1s_{1000}, w60s_{60'000};
   std::int64_t in_flight_ = 0, peak_in_flight_ = 0;
   std::int64_t connections_ = 0, peak_connections_ = 0;
-  std::uint64_t accepted_ = 0, closed_in_flight_ = 0;
+  std::uint64_t accepted_ = 0, closed_in_flight_ = 0, waited_for_body_ = 0;
 };
 
 }  // namespace laneq::mock
