@@ -1125,15 +1125,16 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         resp.headers.empty()
             ? RateLimitInfo{}
             : parse_rate_limit_headers(resp.headers, std::chrono::system_clock::now());
-    const auto d = ec ? decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01())
-                      : RetryDecision{};
+    const auto d =
+        ec ? decide_retry(cfg_.retry, op->attempts, ec, resp.status, info, random01(), estimate)
+           : RetryDecision{};
     // One pause for every worker, no longer than a request would wait for its own retry: a
     // longer retry-after (a daily limit, a clock skewed HTTP-date) fails this request, and the
     // next one after max_retry_after asks the server again instead of everything stopping.
     // It comes before the refund and the server's counts: either may grant a waiter at once,
     // which would then call straight into the 429 (even when this request was resolved
     // meanwhile, the server's answer holds for the others).
-    if (d.pause_all) lim.pause_for(std::min(d.delay, cfg_.retry.retry_after_limit()));
+    if (d.pause_all) lim.pause_for(std::min(d.pause, cfg_.retry.retry_after_limit()));
     lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
     // The server's view; an exhausted bucket holds every start no longer than a request would
     // wait for its own retry (the next start asks the server again).
@@ -1173,9 +1174,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->durable && op->durable->row > 0) journal_->release(op->durable->row);
     if (stopping_ && !drain_)  // no new attempt: it ends as one waiting for its retry does
       return finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
-    if (d.pause_all) {
+    if (d.pause_all && d.delay <= d.pause) {
       // The limiter's pause holds every start until `at`: back to its place at once, so it goes
-      // before requests queued behind it, not after those taken while it waited.
+      // before requests queued behind it, not after those taken while it waited. (A request
+      // that waits longer than the others, for a bucket it alone does not fit, waits below.)
       requeue(op);
       hand_out();
       return;

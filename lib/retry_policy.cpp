@@ -27,6 +27,33 @@ bool refused_by_status(std::error_code ec) noexcept {
          is_laneq(ec, errc::malformed_response);
 }
 
+// After a 429 without retry-after: how long until a bucket that has some units left, but fewer
+// than `need`, holds `need` again. Providers refill their buckets continuously and report the
+// time until a bucket is full again, so the wait for `need` is that share of the reset:
+// reset x (need - remaining) / (limit - remaining). Without a limit (or a need above it), the
+// whole reset. An exhausted bucket (0 left) is not this: it holds everyone (the pause).
+std::chrono::nanoseconds refill_wait(const RateLimitInfo::Bucket& b, std::int64_t need) noexcept {
+  if (!b.remaining || *b.remaining <= 0 || *b.remaining >= need || !b.reset_after ||
+      b.reset_after->count() <= 0)
+    return std::chrono::nanoseconds(0);
+  const auto reset = *b.reset_after;
+  if (!b.limit || *b.limit < need) return reset;
+  const long double share = static_cast<long double>(need - *b.remaining) /
+                            static_cast<long double>(*b.limit - *b.remaining);
+  return std::chrono::nanoseconds(std::llround(static_cast<long double>(reset.count()) * share));
+}
+
+// The longest refill_wait over the buckets, each against what the request needs of it
+// (negative costs count as 0; a tokens bucket counts input + output, as the limiter does).
+std::chrono::nanoseconds own_bucket_wait(const RateLimitInfo& info, const RateCost& need) noexcept {
+  constexpr std::int64_t cap = std::int64_t{1} << 50;  // no sum overflows
+  const auto units = [&](std::int64_t n) { return std::clamp<std::int64_t>(n, 0, cap); };
+  const std::int64_t in = units(need.input_tokens), out = units(need.output_tokens);
+  return std::max({refill_wait(info.requests, units(need.requests)),
+                   refill_wait(info.tokens, in + out), refill_wait(info.input_tokens, in),
+                   refill_wait(info.output_tokens, out)});
+}
+
 }  // namespace
 
 bool is_retryable(std::error_code ec, int status, std::optional<bool> should_retry) noexcept {
@@ -48,7 +75,8 @@ bool is_retryable(std::error_code ec, int status, std::optional<bool> should_ret
 }
 
 RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, std::error_code ec,
-                           int status, const RateLimitInfo& info, double uniform01) noexcept {
+                           int status, const RateLimitInfo& info, double uniform01,
+                           const RateCost& need) noexcept {
   using std::chrono::nanoseconds;
   RetryDecision d;
   const bool rate_limited =
@@ -60,6 +88,7 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
 
   // retry-after: 0 is no advice (an immediate retry would meet the same limit): like the
   // official SDKs, which take it only when 0 < retry-after, back off instead.
+  nanoseconds own{0};  // this request's wait for a bucket it does not fit (not everyone's)
   if (info.retry_after && info.retry_after->count() > 0) {
     d.delay = *info.retry_after;
     d.from_server = true;
@@ -71,6 +100,7 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
         d.delay = std::max(d.delay, *b->reset_after);
         d.from_server = true;
       }
+    own = own_bucket_wait(info, need);
   }
   if (!d.from_server) {
     // Full jitter: uniform [0, min(cap, base * 2^(attempts-1))). In double nanoseconds, the
@@ -83,6 +113,11 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
                                                                std::clamp<std::uint32_t>(attempts, 1, 63)) - 1));
     const double u = std::clamp(uniform01, 0.0, 1.0);
     d.delay = nanoseconds(static_cast<nanoseconds::rep>(std::max(0.0, exp * u)));
+  }
+  if (d.pause_all) d.pause = d.delay;
+  if (own > d.delay) {
+    d.delay = own;
+    d.from_server = true;
   }
 
   d.retry = attempts < policy.max_attempts && is_retryable(ec, status, info.should_retry);

@@ -10,6 +10,7 @@
 #include "laneq/providers/anthropic_format.hpp"
 #include "laneq/providers/openai.hpp"
 #include "laneq/rate_budget.hpp"
+#include "laneq/rate_cost.hpp"
 #include "laneq/rate_limit_headers.hpp"
 #include "laneq/rate_limiter.hpp"
 #include "laneq/request.hpp"

@@ -32,6 +32,7 @@
 
 #include "laneq/detail/unique_function.hpp"
 #include "laneq/metrics.hpp"
+#include "laneq/rate_cost.hpp"
 #include "laneq/rate_limit_headers.hpp"
 #include "laneq/request.hpp"
 
@@ -59,14 +60,6 @@ struct RateLimits {
 // period <= 0 or above a year: "RateLimits::requests must be >= 0 (got -1) (<where>)", where
 // `where` says whose limits they are ("QueueConfig::rate_limits", "limiter \"default\"").
 void validate_rate_limits(const RateLimits& limits, std::string_view where);
-
-// What one call costs. `tokens` budgets are charged input + output. A negative field counts as
-// 0; one above 2^50 (the largest limit) as more than any budget: exceeds_rate_limit.
-struct RateCost {
-  std::int64_t requests = 1;
-  std::int64_t input_tokens = 0;
-  std::int64_t output_tokens = 0;
-};
 
 // A waiter's place in line: lower priority first; among equals, the one waiting since earlier.
 // With age_step, its priority improves one step per age_step waited since `since`, down to 0

@@ -18,12 +18,15 @@
 // Delay: `retry-after-ms` / `retry-after` when the server sent one above 0 (up to max_retry_after;
 // beyond it the request fails rather than hold a worker's place for minutes), else for a 429
 // the reset time of an exhausted rate-limit bucket, else exponential backoff with full jitter:
-// uniform [0, min(max_delay, base_delay * 2^(attempt-1))).
+// uniform [0, min(max_delay, base_delay * 2^(attempt-1))). A 429 without retry-after whose
+// headers show a bucket with less left than this request needs (but not 0) also holds this
+// request, and only this one, until that bucket has refilled enough (see RetryDecision).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <system_error>
 
+#include "laneq/rate_cost.hpp"
 #include "laneq/rate_limit_headers.hpp"
 #include "laneq/request.hpp"
 
@@ -49,10 +52,15 @@ struct RetryPolicy {
 
 struct RetryDecision {
   bool retry = false;
-  std::chrono::nanoseconds delay{0};
+  std::chrono::nanoseconds delay{0};  // until this request's next attempt
   // The provider's whole budget is exhausted (429 rate limit, 529/503 overloaded): every worker
-  // should hold off for `delay`, not just this request.
+  // should hold off for `pause`, not just this request.
   bool pause_all = false;
+  // How long every worker holds off (with pause_all; else 0). Equal to `delay`, except after a
+  // 429 without retry-after where a bucket has some units left but fewer than this request
+  // needs: smaller requests may still fit, so the others hold off only the backoff (or an
+  // exhausted bucket's reset), while this request waits for its bucket (delay > pause).
+  std::chrono::nanoseconds pause{0};
   bool from_server = false;  // delay came from retry-after / a reset header
 };
 
@@ -60,10 +68,13 @@ struct RetryDecision {
 // ignoring the attempt count.
 bool is_retryable(std::error_code ec, int status, std::optional<bool> should_retry) noexcept;
 
-// `attempts` = attempts made so far (>= 1). `uniform01` in [0, 1) drives the jitter. `delay` and
-// `pause_all` are filled even when `retry` is false: a 429 that is not retried (attempts used
-// up, or the server said x-should-retry: false) still tells every other request to hold off.
+// `attempts` = attempts made so far (>= 1). `uniform01` in [0, 1) drives the jitter. `need` is
+// what the failed request costs the budgets (its estimate; tokens buckets are compared with
+// input + output). `delay`, `pause_all` and `pause` are filled even when `retry` is false: a 429
+// that is not retried (attempts used up, or the server said x-should-retry: false) still tells
+// every other request to hold off.
 RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, std::error_code ec,
-                           int status, const RateLimitInfo& info, double uniform01) noexcept;
+                           int status, const RateLimitInfo& info, double uniform01,
+                           const RateCost& need = {}) noexcept;
 
 }  // namespace laneq

@@ -299,6 +299,48 @@ TEST_CASE("a 429 pauses starts on all workers, not just the one that saw it",
   for (std::size_t i = 4; i < seen.size(); ++i) CHECK(seen[i].second - t0 >= 340ms);
 }
 
+TEST_CASE("a 429 without retry-after that leaves too few tokens for its request holds that "
+          "request until they are back, not the smaller requests behind it",
+          "[queue][limits][retry]") {
+  asio::io_context io;
+  TimedProvider provider({.latency = 20ms});
+  // 100 tokens left, the bucket full again in 600 ms (no limit header: the whole reset counts).
+  provider.inner.script({.error = errc::rate_limited,
+                         .status = 429,
+                         .headers = {{"x-ratelimit-remaining-tokens", "100"},
+                                     {"x-ratelimit-reset-tokens", "600ms"}}});
+  // No jitter: the others' pause after the 429 is 0 ms.
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .random = [] { return 0.0; }});
+  queue.start();
+  std::vector<std::string> done;
+  std::uint32_t attempts_big = 0;
+  const auto submit = [&](std::string text, std::int32_t max_tokens) {
+    queue.async_submit(chat(text, max_tokens), {},
+                       [&, text](std::error_code ec, laneq::Response r) {
+                         CHECK_FALSE(ec);
+                         if (text == "big") attempts_big = r.attempts;
+                         done.push_back(text);
+                       });
+  };
+  submit("big", 500);  // needs 500+ tokens: does not fit the 100 left
+  submit("small-1", 8);
+  submit("small-2", 8);
+  submit("small-3", 8);
+  laneq::test::run_until(io, [&] { return done.size() == 4; });
+  const auto seen = provider.starts();
+  REQUIRE(seen.size() == 5);
+  CHECK(provider.seen() ==
+        std::vector<std::string>{"big", "small-1", "small-2", "small-3", "big"});
+  CHECK(done == std::vector<std::string>{"small-1", "small-2", "small-3", "big"});
+  CHECK(attempts_big == 2);
+  // The small ones were not held: all three started before the big one's bucket came back...
+  const auto t0 = seen[0].second;
+  CHECK(seen[3].second - t0 < 500ms);
+  // ...and the big one's retry waited the reset after its 429 (~20 ms after it started).
+  CHECK(seen[4].second - t0 >= 600ms);
+}
+
 TEST_CASE("a 429 pauses before its refund: a request waiting for tokens does not start inside "
           "the pause",
           "[queue][limits][retry]") {

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <system_error>
 
@@ -379,6 +381,93 @@ TEST_CASE("a 429 without retry-after waits for the reset of an exhausted bucket"
   }
 }
 
+TEST_CASE("a 429 without retry-after holds its own request, not the others, for a bucket with "
+          "some left but less than it needs", "[retry]") {
+  const laneq::RateCost need{.requests = 1, .input_tokens = 1000, .output_tokens = 200};
+  SECTION("OpenAI: 500 tokens left of 30,000 per minute, full again in 59 s, 1,200 needed") {
+    const auto info = from_headers({{"x-ratelimit-limit-tokens", "30000"},
+                                    {"x-ratelimit-remaining-tokens", "500"},
+                                    {"x-ratelimit-reset-tokens", "59s"},
+                                    {"x-ratelimit-remaining-requests", "10"},
+                                    {"x-ratelimit-reset-requests", "1s"}});
+    const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK(d.retry);
+    CHECK(d.pause_all);
+    CHECK(d.pause == 250ms);  // the others: the backoff (they may fit the 500 left)
+    // this one: until 700 more have come back, at the rate the bucket refills (29,500 in 59 s)
+    CHECK(d.delay == 1400ms);
+    CHECK(d.from_server);
+  }
+  SECTION("without a limit, the whole reset") {
+    RateLimitInfo info;
+    info.tokens.remaining = 500;
+    info.tokens.reset_after = 6s;
+    const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK(d.pause == 250ms);
+    CHECK(d.delay == 6s);
+  }
+  SECTION("Anthropic's input and output buckets each against their own part") {
+    RateLimitInfo info;
+    info.input_tokens = {.limit = 40'000, .remaining = 2'000, .reset_after = 60s};  // fits 1,000
+    info.output_tokens = {.limit = 8'000, .remaining = 100, .reset_after = 60s};    // not 200
+    RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK(d.delay == 759'493'671ns);  // 60 s x 100 / 7,900, rounded to the nanosecond
+    CHECK(d.pause == 250ms);
+    info.output_tokens.reset_after = 8s;  // 101 ms: shorter than the backoff, which stands
+    d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK(d.delay == 250ms);
+    CHECK(d.pause == 250ms);
+  }
+  SECTION("enough left, or an exhausted bucket: as before") {
+    RateLimitInfo info;
+    info.tokens = {.limit = 30'000, .remaining = 1'200, .reset_after = 59s};  // exactly fits
+    RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK(d.delay == 250ms);
+    CHECK(d.pause == 250ms);
+    CHECK_FALSE(d.from_server);
+    info.tokens.remaining = 0;  // exhausted: everyone waits for the reset
+    d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK(d.delay == 59s);
+    CHECK(d.pause == 59s);
+  }
+  SECTION("an exhausted bucket and a short one: everyone its reset, this one the longer wait") {
+    RateLimitInfo info;
+    info.requests = {.remaining = 0, .reset_after = 2s};
+    info.tokens = {.remaining = 500, .reset_after = 20s};
+    const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK(d.pause == 2s);
+    CHECK(d.delay == 20s);
+  }
+  SECTION("retry-after is the server's word: no bucket arithmetic") {
+    RateLimitInfo info = with_retry_after(3s);
+    info.tokens = {.remaining = 500, .reset_after = 20s};
+    const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK(d.delay == 3s);
+    CHECK(d.pause == 3s);
+  }
+  SECTION("a wait beyond max_retry_after fails this request; the others hold only the backoff") {
+    RateLimitInfo info;
+    info.tokens = {.remaining = 500, .reset_after = 90s};
+    const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
+    CHECK_FALSE(d.retry);
+    CHECK(d.pause == 250ms);
+  }
+  SECTION("not a 429: no bucket arithmetic") {
+    RateLimitInfo info;
+    info.tokens = {.remaining = 500, .reset_after = 20s};
+    const RetryDecision d = decide_retry(policy, 1, err_for(500), 500, info, 0.5, need);
+    CHECK(d.delay == 250ms);
+    CHECK(d.pause == 0ns);  // no pause_all
+  }
+  SECTION("a need of absurd size does not overflow") {
+    RateLimitInfo info;
+    info.tokens = {.limit = 30'000, .remaining = 500, .reset_after = 20s};
+    const laneq::RateCost huge{.input_tokens = std::numeric_limits<std::int64_t>::max(),
+                               .output_tokens = std::numeric_limits<std::int64_t>::max()};
+    CHECK(decide_retry(policy, 1, err_for(429), 429, info, 0.5, huge).delay == 20s);
+  }
+}
+
 TEST_CASE("pause_all for 429, 529 and overloaded, not for other server errors", "[retry]") {
   CHECK(decide_retry(policy, 1, err_for(429), 429, no_headers, 0.5).pause_all);
   CHECK(decide_retry(policy, 1, some_error, 429, no_headers, 0.5).pause_all);
@@ -397,4 +486,5 @@ TEST_CASE("pause_all for 429, 529 and overloaded, not for other server errors", 
   const RetryDecision d = decide_retry(policy, 1, err_for(529), 529, with_retry_after(4s), 0.5);
   CHECK(d.pause_all);
   CHECK(d.delay == 4s);
+  CHECK(d.pause == 4s);
 }
