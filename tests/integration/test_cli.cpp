@@ -3,7 +3,10 @@
 // resumes, SIGTERM, and a kill -9 crash test.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -443,6 +446,45 @@ TEST_CASE("SIGTERM stops admission, finishes in-flight calls, and the next run c
   CHECK(ids.size() == 60);
   for (const auto& [id, n] : ids) CHECK(n == 1);
   CHECK(mock.stats()["requests"] == 60);  // nothing sent twice
+}
+
+TEST_CASE("a SIGTERM while laneq run still reads its input stops the run as one during the run "
+          "does - exit 130, nothing sent, and the next run completes the file",
+          "[cli][journal]") {
+  TempDir dir;
+  MockProcess mock({});
+  const std::string fifo = dir.file("in.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::vector<std::string> cmd = {"run", fifo, "--out", dir.file("out.jsonl"), "--base-url",
+                                  mock.url(), "--journal", dir.file("run.db"), "--progress",
+                                  "none"};
+  {
+    ChildProcess p(LANEQ_CLI_EXE, cmd, mock_env);
+    // Opening a FIFO to write returns once the reader has opened it: the CLI is in set-up,
+    // reading its input, when the signal comes.
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    p.signal(SIGTERM);
+    // A CLI the signal killed is no reader any more: no SIGPIPE for this process, an error.
+    ::signal(SIGPIPE, SIG_IGN);
+    std::string text;
+    for (const auto& line : good_lines(20)) text += line + "\n";
+    const auto wrote = ::write(fd, text.data(), text.size());
+    ::close(fd);
+    CHECK(wrote == static_cast<ssize_t>(text.size()));
+    const std::string err = p.read_stderr(false, 60s);
+    CHECK(p.exit_code(10s) == 130);  // killed by the signal: -15
+    CHECK(err.find("run the same command again to resume") != std::string::npos);
+  }
+  CHECK(mock.stats()["requests"] == 0);
+  write_lines(dir.file("in.jsonl"), good_lines(20));  // the same lines, from a file this time
+  cmd[1] = dir.file("in.jsonl");
+  const auto r = run_cli(cmd, mock_env);
+  CHECK(r.code == 0);
+  const auto ids = ids_in(read_output(dir.file("out.jsonl")));
+  CHECK(ids.size() == 20);
+  for (const auto& [id, n] : ids) CHECK(n == 1);
+  CHECK(mock.stats()["requests"] == 20);
 }
 
 TEST_CASE("kill -9 mid-run, run again: every custom_id exactly once, resends only what was in flight",

@@ -173,13 +173,19 @@ std::unique_ptr<Provider> make_provider(const RunOptions& o, Transport& transpor
 
 class BatchRun {
  public:
-  BatchRun(const RunOptions& o, std::vector<std::variant<BatchLine, BadLine>> items)
-      : o_(o), items_(std::move(items)) {}
+  explicit BatchRun(const RunOptions& o) : o_(o) {}
 
   int run() {
     // (Non-copyable objects come back from setup_step by guaranteed copy elision.)
     asio::io_context io =
         setup_step("cannot set up the event loop", [] { return asio::io_context(); });
+    // Watched before the long steps (reading the input, journaling every line): a signal
+    // during set-up then stops the run as one during the run does (exit 130, the journal
+    // resumable), handled once the loop runs, instead of killing the process mid-set-up.
+    asio::signal_set signals = setup_step("cannot watch for SIGINT and SIGTERM", [&] {
+      return asio::signal_set(io, SIGINT, SIGTERM);
+    });
+    items_ = setup_step("cannot read " + o_.input, [&] { return read_input(o_.input); });
     // The mock server (a member) runs on `io` (a local): it must go before `io` does, on every
     // way out of here, errors included, or its sockets are closed through a destroyed context.
     struct ResetMock {
@@ -235,9 +241,6 @@ class BatchRun {
       submit_all();
     });
 
-    asio::signal_set signals = setup_step("cannot watch for SIGINT and SIGTERM", [&] {
-      return asio::signal_set(io, SIGINT, SIGTERM);
-    });
     signals.async_wait([&](std::error_code ec, int) {
       if (ec) return;
       signals.async_wait([](std::error_code e, int) {
@@ -567,8 +570,7 @@ class BatchRun {
 int run_batch(const RunOptions& options) {
   try {
     check_output_path(options);
-    BatchRun run(options, setup_step("cannot read " + options.input,
-                                     [&] { return read_input(options.input); }));
+    BatchRun run(options);
     return run.run();
   } catch (const setup_error& e) {
     std::fprintf(stderr, "laneq: %s\n", e.message.c_str());
