@@ -95,6 +95,46 @@ struct counter {
   T get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 
+// Requests ended after a call, per second over the last minute: a count per whole second since the Metrics
+// began, in a ring of 60. The recorder zeroes the seconds it skips as it moves on (nothing
+// runs on a timer); a reader sums the 60 whole seconds before `now` that the ring still holds.
+// A reader racing the recorder may miss the count of a second being reused: it reads low, once.
+struct throughput_ring {
+  static constexpr std::int64_t window_s = 60;
+  std::array<counter<std::uint32_t>, window_s> per_second{};
+  std::atomic<std::int64_t> newest{-1};  // the latest second counted
+  std::size_t newest_slot = 0;           // its slot (the recorder's own)
+
+  static std::size_t slot(std::int64_t sec) noexcept {
+    return static_cast<std::size_t>(sec % window_s);
+  }
+  void record(std::int64_t sec) noexcept {
+    const std::int64_t last = newest.load(std::memory_order_relaxed);
+    if (sec == last) [[likely]] {  // one more in the same second
+      per_second[newest_slot].add(1);
+      return;
+    }
+    if (sec > last) {
+      newest_slot = slot(sec);
+      for (std::int64_t s = std::max(last + 1, sec - window_s + 1); s <= sec; ++s)
+        per_second[slot(s)].v.store(0, std::memory_order_relaxed);
+      newest.store(sec, std::memory_order_relaxed);
+    } else if (sec <= last - window_s) {
+      return;  // older than the ring (a finish time from before the minute the ring holds)
+    }
+    per_second[slot(sec)].add(1);
+  }
+  double per_s(std::int64_t now_sec) const noexcept {
+    const std::int64_t last = newest.load(std::memory_order_relaxed);
+    const std::int64_t from = std::max({now_sec - window_s, last - window_s + 1, std::int64_t{0}});
+    const std::int64_t to = std::min(now_sec - 1, last);  // whole seconds only
+    std::uint64_t sum = 0;
+    for (std::int64_t s = from; s <= to; ++s) sum += per_second[slot(s)].get();
+    const std::int64_t span = std::min(now_sec, window_s);  // young Metrics: the seconds it has
+    return span > 0 ? static_cast<double>(sum) / static_cast<double>(span) : 0.0;
+  }
+};
+
 }  // namespace
 
 // LatencyHistogram::record for one recorder and concurrent readers.
@@ -153,6 +193,7 @@ LatencyHistogram Metrics::load(const Histogram& a) noexcept {
 struct Metrics::Series {
   struct Latency {
     Histogram wait, service, limiter;
+    throughput_ring finished;  // requests that ended after a call (succeeded or failed)
   };
   counter<std::int64_t> depth, in_flight, waiting;
   counter<std::uint64_t> submitted, started, succeeded, failed, rejected, expired, cancelled,
@@ -167,11 +208,14 @@ struct Metrics::Series {
   Series& operator=(const Series&) = delete;
 
   Latency& latency() {
-    auto* l = lat.load(std::memory_order_relaxed);
-    if (!l) {
-      l = new Latency();
-      lat.store(l, std::memory_order_release);
-    }
+    if (auto* l = lat.load(std::memory_order_relaxed)) [[likely]]
+      return *l;
+    return first_latency();
+  }
+  // Out of line: the allocation would keep latency() from being inlined at every use.
+  [[gnu::noinline]] Latency& first_latency() {
+    auto* l = new Latency();
+    lat.store(l, std::memory_order_release);
     return *l;
   }
   SeriesSnapshot counters() const {
@@ -182,11 +226,12 @@ struct Metrics::Series {
     r.cancelled = cancelled.get(), r.retried = retried.get(), r.rate_limited = rate_limited.get();
     return r;
   }
-  SeriesSnapshot snapshot() const {
+  SeriesSnapshot snapshot(std::int64_t now_sec) const {
     SeriesSnapshot r = counters();
     if (const auto* l = lat.load(std::memory_order_acquire)) {
       r.queue_wait = summarize(load(l->wait)), r.service_time = summarize(load(l->service));
       r.limiter_wait = summarize(load(l->limiter));
+      r.throughput_per_s = l->finished.per_s(now_sec);
     }
     return r;
   }
@@ -200,6 +245,7 @@ void add_counters(SeriesSnapshot& t, const SeriesSnapshot& s) {
   t.submitted += s.submitted, t.started += s.started, t.succeeded += s.succeeded;
   t.failed += s.failed, t.rejected += s.rejected, t.expired += s.expired;
   t.cancelled += s.cancelled, t.retried += s.retried, t.rate_limited += s.rate_limited;
+  t.throughput_per_s += s.throughput_per_s;
 }
 }  // namespace
 
@@ -310,7 +356,8 @@ void Metrics::limiter_wait(std::size_t lane, ClientRef c, std::chrono::nanosecon
 }
 
 void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
-                       std::chrono::nanoseconds service_time) {
+                       std::chrono::nanoseconds service_time,
+                       std::chrono::steady_clock::time_point at) {
   const Histogram::sample service(service_time);
   update(lane, c, [&](Series& s) {
     switch (o) {
@@ -329,16 +376,40 @@ void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
         break;
     }
   });
+  // Apart from the update above, which stays small enough to inline (measured: B1 stream ran
+  // ~150 instructions per request more with this inside it).
+  if (from != From::in_flight || (o != Outcome::succeeded && o != Outcome::failed) ||
+      lane >= lanes_.size())
+    return;
+  if (at == std::chrono::steady_clock::time_point{}) at = std::chrono::steady_clock::now();
+  const std::int64_t sec = second_to_record(at);
+  lanes_[lane].latency().finished.record(sec);  // the service time above made both latencies
+  if (c.s_) c.s_->latency().finished.record(sec);
 }
 
-MetricsSnapshot Metrics::snapshot() const {
+std::int64_t Metrics::second_of(std::chrono::steady_clock::time_point t) const noexcept {
+  return std::chrono::floor<std::chrono::seconds>(t - start_).count();
+}
+
+std::int64_t Metrics::second_to_record(std::chrono::steady_clock::time_point t) noexcept {
+  if (t >= second_begin_ && t < second_begin_ + std::chrono::seconds(1)) [[likely]]
+    return second_;
+  second_ = std::max<std::int64_t>(0, second_of(t));
+  second_begin_ = start_ + std::chrono::seconds(second_);
+  return second_;
+}
+
+MetricsSnapshot Metrics::snapshot() const { return snapshot(std::chrono::steady_clock::now()); }
+
+MetricsSnapshot Metrics::snapshot(std::chrono::steady_clock::time_point now) const {
   MetricsSnapshot out;
+  const std::int64_t now_sec = second_of(now);
   out.lanes.resize(lane_info_.size());  // lane_info_ is immutable: no lock needed
   for (std::size_t i = 0; i < lane_info_.size(); ++i)
     out.lanes[i].name = lane_info_[i].name, out.lanes[i].priority = lane_info_[i].priority;
   LatencyHistogram wait, service, limiter;
   for (std::size_t i = 0; i < lanes_.size(); ++i) {  // lanes_ never changes: no lock
-    out.lanes[i].stats = lanes_[i].snapshot();
+    out.lanes[i].stats = lanes_[i].snapshot(now_sec);
     add_counters(out.total, out.lanes[i].stats);
     const auto& l = *lanes_[i].lat.load(std::memory_order_acquire);
     wait.merge(load(l.wait));
@@ -353,11 +424,11 @@ MetricsSnapshot Metrics::snapshot() const {
     clients.reserve(clients_.size());
     for (const auto& [name, s] : clients_) clients.emplace_back(name, s.get());
   }
-  for (const auto& [name, s] : clients) out.clients.emplace(name, s->snapshot());
+  for (const auto& [name, s] : clients) out.clients.emplace(name, s->snapshot(now_sec));
   out.total.queue_wait = summarize(wait);
   out.total.service_time = summarize(service);
   out.total.limiter_wait = summarize(limiter);
-  out.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  out.uptime_s = std::chrono::duration<double>(now - start_).count();
   return out;
 }
 
@@ -383,6 +454,7 @@ nlohmann::json series_json(const SeriesSnapshot& s) {
           {"cancelled", s.cancelled},
           {"retried", s.retried},
           {"rate_limited", s.rate_limited},
+          {"throughput_per_s", s.throughput_per_s},
           {"queue_wait", latency_json(s.queue_wait)},
           {"service_time", latency_json(s.service_time)},
           {"limiter_wait", latency_json(s.limiter_wait)}};

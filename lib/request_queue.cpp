@@ -1265,7 +1265,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       finished_at_ = steady::now();
       service = finished_at_ - op->started_at();
     }
-    metrics_.finished(op->lane, op->client_ref, outcome, from, service);
+    metrics_.finished(op->lane, op->client_ref, outcome, from, service, finished_at_);
     if (from == Metrics::From::in_flight) {
       resp.queue_wait = op->started_at() - op->submitted_at;  // incl. limiter wait and retries
       resp.service_time = service;

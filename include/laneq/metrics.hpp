@@ -72,6 +72,10 @@ struct SeriesSnapshot {
   std::uint64_t submitted = 0, started = 0, succeeded = 0, failed = 0, rejected = 0,
                 expired = 0, cancelled = 0, retried = 0;
   std::uint64_t rate_limited = 0;  // 429/529 answers seen from the provider
+  // Requests that ended after a call (succeeded, or failed on their last attempt) per second,
+  // over the last 60 whole seconds (fewer while the queue is younger); the current second is
+  // not in it yet.
+  double throughput_per_s = 0;
   LatencySummary queue_wait, service_time;
   LatencySummary limiter_wait;  // time a started request waited on the rate limiter before its call
 };
@@ -131,7 +135,8 @@ void to_json(nlohmann::json& j, const MetricsSnapshot& s);  // so `nlohmann::jso
 //   laneq_limiter_budget_limit, laneq_limiter_budget_available  gauge, plus label budget="<name>"
 //   laneq_limiter_waiting, laneq_limiter_paused_seconds         gauge
 //   laneq_limiter_granted_total, laneq_limiter_pauses_total     counter
-// Plus laneq_uptime_seconds (gauge). Label values are escaped (\\, \", \n).
+// Plus laneq_uptime_seconds (gauge). Label values are escaped (\\, \", \n). throughput_per_s is
+// not exported: Prometheus derives it, over any window, with rate() of the outcome counters.
 // Throws std::invalid_argument if prefix is not a valid metric name prefix.
 std::string to_prometheus(const MetricsSnapshot& s, std::string_view prefix = "laneq");
 
@@ -194,16 +199,23 @@ class Metrics {
   void rate_limited(std::size_t lane, ClientRef c);  // rate_limited++ (provider said 429/529)
   // limiter_wait recorded: a started request's wait for the rate limiter before its call.
   void limiter_wait(std::size_t lane, ClientRef c, std::chrono::nanoseconds d);
-  // Outcome counter++, then by `from`: in_flight: in_flight--, service_time recorded;
-  // queued: depth--; waiting: waiting-- (service_time ignored unless in_flight).
+  // Outcome counter++, then by `from`: in_flight: in_flight--, service_time recorded, and a
+  // success or failure counted toward throughput at `at` (default: now); queued: depth--;
+  // waiting: waiting-- (service_time and `at` ignored unless in_flight).
   void finished(std::size_t lane, ClientRef c, Outcome o, From from,
-                std::chrono::nanoseconds service_time);
+                std::chrono::nanoseconds service_time,
+                std::chrono::steady_clock::time_point at = {});
 
   MetricsSnapshot snapshot() const;  // any thread
+  // As at `now` (throughput and uptime; the counters are as they are): for tests.
+  MetricsSnapshot snapshot(std::chrono::steady_clock::time_point now) const;
 
  private:
   struct Histogram;
   static LatencyHistogram load(const Histogram& h) noexcept;
+  std::int64_t second_of(std::chrono::steady_clock::time_point t) const noexcept;  // since start_
+  // second_of(t), at least 0, from the last one's bounds when t is in the same second.
+  std::int64_t second_to_record(std::chrono::steady_clock::time_point t) noexcept;
   template <class F>
   void update(std::size_t lane, ClientRef c, F&& f);
 
@@ -222,6 +234,8 @@ class Metrics {
   std::size_t max_clients_;
   std::size_t named_clients_ = 0;  // clients with their own series (excludes "_other")
   std::chrono::steady_clock::time_point start_;
+  std::int64_t second_ = 0;  // the recorder's: the second of the last call's end, and its start
+  std::chrono::steady_clock::time_point second_begin_ = start_;
 };
 
 }  // namespace laneq

@@ -377,6 +377,80 @@ laneq::MetricsSnapshot sample_snapshot() {
 }
 }  // namespace
 
+TEST_CASE("throughput counts the calls that ended per second over the last 60 whole seconds, "
+          "per lane, client and total", "[metrics][throughput]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  Metrics m(two_lanes());  // began at t0 + a few microseconds: each time below is mid-second
+  const auto alice = m.client("alice");
+  const auto bob = m.client("bob");
+  const auto at = [&](double s) {
+    return t0 + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::duration<double>(s));
+  };
+  const auto call_ends = [&](std::size_t lane, Metrics::ClientRef c, double s, Outcome o,
+                             int n = 1) {
+    for (int i = 0; i < n; ++i) {
+      m.submitted(lane, c);
+      m.enqueued(lane, c, false);
+      m.started(lane, c, 1ms);
+      m.finished(lane, c, o, From::in_flight, 5ms, at(s));
+    }
+  };
+  call_ends(0, alice, 0.5, Outcome::succeeded, 3);  // second 0
+  call_ends(0, alice, 1.5, Outcome::failed, 2);     // second 1: a failure after a call counts
+  call_ends(1, bob, 1.5, Outcome::succeeded, 4);    // second 1, the other lane
+  // Ended without a call's end: not throughput.
+  call_ends(0, alice, 1.5, Outcome::expired);  // aborted in flight by its deadline
+  call_ends(0, alice, 1.5, Outcome::cancelled);
+  m.submitted(0, alice);
+  m.enqueued(0, alice, false);
+  m.finished(0, alice, Outcome::expired, From::queued, 0ns, at(1.5));
+
+  SECTION("the current second is not in it yet") {
+    const auto s = m.snapshot(at(1.5));  // one whole second so far: second 0
+    CHECK(s.lanes[0].stats.throughput_per_s == 3.0);
+    CHECK(s.lanes[1].stats.throughput_per_s == 0.0);
+    CHECK(s.total.throughput_per_s == 3.0);
+  }
+  SECTION("a young queue divides by the whole seconds it has had") {
+    const auto s = m.snapshot(at(2.5));  // seconds 0 and 1
+    CHECK(s.lanes[0].stats.throughput_per_s == 2.5);  // (3 + 2) / 2
+    CHECK(s.lanes[1].stats.throughput_per_s == 2.0);  // 4 / 2
+    CHECK(s.total.throughput_per_s == 4.5);
+    CHECK(s.clients.at("alice").throughput_per_s == 2.5);
+    CHECK(s.clients.at("bob").throughput_per_s == 2.0);
+    CHECK(laneq::to_json(s).at("clients").at("bob").at("throughput_per_s") == 2.0);
+  }
+  SECTION("then by 60: a second leaves the window 60 seconds after it ended") {
+    CHECK(m.snapshot(at(60.5)).total.throughput_per_s == 9.0 / 60);  // seconds 0-59
+    CHECK(m.snapshot(at(61.5)).total.throughput_per_s == 6.0 / 60);  // 1-60: second 0 left
+    CHECK(m.snapshot(at(62.5)).total.throughput_per_s == 0.0);
+    CHECK(m.snapshot(at(3600.5)).total.throughput_per_s == 0.0);
+  }
+  SECTION("a second's slot is cleared when the ring comes round to it again") {
+    call_ends(0, alice, 61.5, Outcome::succeeded);  // second 61 reuses second 1's slot
+    call_ends(0, alice, 63.5, Outcome::succeeded);  // 62 skipped: cleared, never counted
+    const auto s = m.snapshot(at(64.5));            // seconds 4-63
+    CHECK(s.lanes[0].stats.throughput_per_s == 2.0 / 60);  // not the 2 of second 1
+    CHECK(s.lanes[1].stats.throughput_per_s == 0.0);  // bob's lane: its second 1 left too
+  }
+  SECTION("a finish time older than the window the ring holds is not counted") {
+    call_ends(0, alice, 130.5, Outcome::succeeded);
+    call_ends(0, alice, 50.5, Outcome::succeeded);  // 80 s before the newest: out of the ring
+    CHECK(m.snapshot(at(131.5)).lanes[0].stats.throughput_per_s == 1.0 / 60);
+  }
+}
+
+TEST_CASE("a call's end without a time counts toward throughput now", "[metrics][throughput]") {
+  Metrics m(two_lanes());
+  m.submitted(0, {});
+  m.enqueued(0, {}, false);
+  m.started(0, {}, 1ms);
+  m.finished(0, {}, Outcome::succeeded, From::in_flight, 5ms);
+  // A second after the call ended, its second is over, whichever second it was.
+  CHECK(m.snapshot(std::chrono::steady_clock::now() + 1s).total.throughput_per_s > 0.0);
+}
+
 TEST_CASE("to_json has every field, nested by lane and client", "[metrics][export]") {
   const auto s = sample_snapshot();
   const nlohmann::json j = laneq::to_json(s);
@@ -384,7 +458,8 @@ TEST_CASE("to_json has every field, nested by lane and client", "[metrics][expor
   CHECK(j.at("total").at("submitted") == 4);
   CHECK(j.at("total").at("rejected") == 1);
   for (const char* k : {"depth", "in_flight", "waiting", "submitted", "started", "succeeded",
-                        "failed", "rejected", "expired", "cancelled", "retried", "rate_limited"})
+                        "failed", "rejected", "expired", "cancelled", "retried", "rate_limited",
+                        "throughput_per_s"})
     CHECK(j.at("total").contains(k));
   for (const char* k : {"count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "sum_ms"}) {
     CHECK(j.at("total").at("queue_wait").contains(k));
