@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <future>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,6 +23,7 @@
 #include "laneq/laneq.hpp"
 #include "mock_api/mock_server_thread.hpp"
 #include "support/run.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace std::chrono_literals;
 
@@ -44,8 +46,10 @@ struct Slot {
   asio::cancellation_signal cancel;  // the submitter's strand only
 };
 
-void stress_http(Api api) {
+// With `durable`, every third submit is journaled first (a SQLite journal in a temp directory).
+void stress_http(Api api, bool durable = false) {
   constexpr int n = 1500;
+  laneq::test::TempDir dir;
   laneq::mock::MockServerThread mock({.latency = 1ms,
                                       .jitter = 4ms,
                                       .error_rate_500 = 0.03,
@@ -69,9 +73,10 @@ void stress_http(Api api) {
   else
     provider = std::make_unique<laneq::AnthropicProvider>(
         *transport, laneq::AnthropicConfig{.api_key = "sk-test", .base_url = mock.base_url()});
-  laneq::RequestQueue queue(
-      io.get_executor(), *provider,
-      {.workers = 16, .retry = {.max_attempts = 3, .base_delay = 2ms, .max_delay = 10ms}});
+  laneq::QueueConfig cfg{.workers = 16,
+                         .retry = {.max_attempts = 3, .base_delay = 2ms, .max_delay = 10ms}};
+  if (durable) cfg.journal = dir.file("journal.db");
+  laneq::RequestQueue queue(io.get_executor(), *provider, std::move(cfg));
   queue.start();
 
   auto slots = std::make_unique<Slot[]>(n);
@@ -96,7 +101,8 @@ void stress_http(Api api) {
         const auto timeout = rng() % 5 == 0 ? std::chrono::milliseconds(1 + rng() % 30) : 3000ms;
         laneq::SubmitOptions o{.priority = prios[rng() % 5],
                                .client = "c" + std::to_string(rng() % 7),
-                               .timeout = timeout};
+                               .timeout = timeout,
+                               .durable = durable && i % 3 == 0};
         queue.async_submit(
             std::move(req), o,
             asio::bind_cancellation_slot(
@@ -169,6 +175,21 @@ void stress_http(Api api) {
   CHECK(out.cancelled > 0);
   CHECK(out.failed > 0);  // malformed bodies and mid-stream errors are not retried
   CHECK(m.retried > 0);
+  if (durable) {
+    // Every row the journal took has its outcome: none is left open (pending or in flight).
+    const auto journal = queue.journal();
+    REQUIRE(journal);
+    std::promise<std::vector<laneq::JournalRecord>> open_rows;
+    journal->list({.states = laneq::JournalStateSet::open()},
+                  [&](std::error_code, std::vector<laneq::JournalRecord> rows) {
+                    open_rows.set_value(std::move(rows));
+                  });
+    CHECK(open_rows.get_future().get().empty());
+    const auto js = journal->stats();
+    CHECK(js.appended > static_cast<std::uint64_t>(n / 4));  // most of the n / 3 durable
+    CHECK(js.finished == js.appended);
+    CHECK(js.write_errors == 0);
+  }
   CHECK(transport->in_flight() == 0);
   transport.reset();  // its connections close: the server sees none left
   CHECK(mock.wait_stats([](const nlohmann::json& s) { return s["connections"]["current"] == 0; }));
@@ -185,4 +206,9 @@ TEST_CASE("stress over HTTP: OpenAI, 1500 random submits on 4 threads with every
 TEST_CASE("stress over HTTP: Anthropic, 1500 random submits on 4 threads with every injected "
           "fault, each completes exactly once", "[stress][http]") {
   stress_http(Api::anthropic);
+}
+
+TEST_CASE("stress over HTTP with a journal: a third of the submits durable, each completes "
+          "exactly once and leaves no row open", "[stress][http][journal]") {
+  stress_http(Api::openai, true);
 }
