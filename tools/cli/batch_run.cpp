@@ -1,5 +1,6 @@
 #include "cli/batch_run.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,9 +27,26 @@
 #include "laneq/laneq.hpp"
 #include "mock_api/mock_server.hpp"
 
+// Until the event loop watches SIGINT and SIGTERM (just before it runs), a signal ends the
+// set-up at once: the queue has not started, so nothing was sent; a journal commits whole
+// transactions and a resume cuts a torn last output line, so quitting here loses nothing. It is
+// what a Ctrl-C while a large input (or a pipe) is read should do.
+extern "C" void laneq_quit_during_setup(int) {
+  static constexpr char msg[] = "\nlaneq: interrupted during set-up: nothing was sent\n";
+  [[maybe_unused]] const auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  ::_exit(130);
+}
+
 namespace laneq::cli {
 
 namespace {
+
+void quit_on_signals_during_setup() {
+  struct sigaction sa {};
+  sa.sa_handler = laneq_quit_during_setup;
+  ::sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) ::sigaction(sig, &sa, nullptr);
+}
 
 using steady = std::chrono::steady_clock;
 
@@ -176,15 +194,10 @@ class BatchRun {
   explicit BatchRun(const RunOptions& o) : o_(o) {}
 
   int run() {
+    quit_on_signals_during_setup();  // until `signals` below takes them over
     // (Non-copyable objects come back from setup_step by guaranteed copy elision.)
     asio::io_context io =
         setup_step("cannot set up the event loop", [] { return asio::io_context(); });
-    // Watched before the long steps (reading the input, journaling every line): a signal
-    // during set-up then stops the run as one during the run does (exit 130, the journal
-    // resumable), handled once the loop runs, instead of killing the process mid-set-up.
-    asio::signal_set signals = setup_step("cannot watch for SIGINT and SIGTERM", [&] {
-      return asio::signal_set(io, SIGINT, SIGTERM);
-    });
     items_ = setup_step("cannot read " + o_.input, [&] { return read_input(o_.input); });
     // The mock server (a member) runs on `io` (a local): it must go before `io` does, on every
     // way out of here, errors included, or its sockets are closed through a destroyed context.
@@ -241,6 +254,9 @@ class BatchRun {
       submit_all();
     });
 
+    asio::signal_set signals = setup_step("cannot watch for SIGINT and SIGTERM", [&] {
+      return asio::signal_set(io, SIGINT, SIGTERM);
+    });
     signals.async_wait([&](std::error_code ec, int) {
       if (ec) return;
       signals.async_wait([](std::error_code e, int) {
