@@ -30,14 +30,16 @@ bool refused_by_status(std::error_code ec) noexcept {
 // After a 429 without retry-after: how long until a bucket that has some units left, but fewer
 // than `need`, holds `need` again. Providers refill their buckets continuously and report the
 // time until a bucket is full again, so the wait for `need` is that share of the reset:
-// reset x (need - remaining) / (limit - remaining). Without a limit (or a need above it), the
-// whole reset. An exhausted bucket (0 left) is not this: it holds everyone (the pause).
+// reset x (need - remaining) / (limit - remaining); without a limit, the whole reset. A need
+// above the stated limit never fits: waiting would not help (no wait; the backoff stands). An
+// exhausted bucket (0 left) is not this: it holds everyone (the pause).
 std::chrono::nanoseconds refill_wait(const RateLimitInfo::Bucket& b, std::int64_t need) noexcept {
   if (!b.remaining || *b.remaining <= 0 || *b.remaining >= need || !b.reset_after ||
       b.reset_after->count() <= 0)
     return std::chrono::nanoseconds(0);
   const auto reset = *b.reset_after;
-  if (!b.limit || *b.limit < need) return reset;
+  if (!b.limit) return reset;
+  if (*b.limit < need) return std::chrono::nanoseconds(0);
   const long double share = static_cast<long double>(need - *b.remaining) /
                             static_cast<long double>(*b.limit - *b.remaining);
   return std::chrono::nanoseconds(std::llround(static_cast<long double>(reset.count()) * share));
@@ -45,13 +47,17 @@ std::chrono::nanoseconds refill_wait(const RateLimitInfo::Bucket& b, std::int64_
 
 // The longest refill_wait over the buckets, each against what the request needs of it
 // (negative costs count as 0; a tokens bucket counts input + output, as the limiter does).
+// Where the server states input and output limits apart (Anthropic), its `tokens` headers show
+// the most restrictive of those, not an input + output budget: they are left out, as the
+// limiter leaves them out.
 std::chrono::nanoseconds own_bucket_wait(const RateLimitInfo& info, const RateCost& need) noexcept {
   constexpr std::int64_t cap = std::int64_t{1} << 50;  // no sum overflows
   const auto units = [&](std::int64_t n) { return std::clamp<std::int64_t>(n, 0, cap); };
   const std::int64_t in = units(need.input_tokens), out = units(need.output_tokens);
+  const bool split = info.input_tokens.limit || info.output_tokens.limit;
   return std::max({refill_wait(info.requests, units(need.requests)),
-                   refill_wait(info.tokens, in + out), refill_wait(info.input_tokens, in),
-                   refill_wait(info.output_tokens, out)});
+                   split ? std::chrono::nanoseconds(0) : refill_wait(info.tokens, in + out),
+                   refill_wait(info.input_tokens, in), refill_wait(info.output_tokens, out)});
 }
 
 }  // namespace

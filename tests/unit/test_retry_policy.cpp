@@ -410,6 +410,9 @@ TEST_CASE("a 429 without retry-after holds its own request, not the others, for 
     RateLimitInfo info;
     info.input_tokens = {.limit = 40'000, .remaining = 2'000, .reset_after = 60s};  // fits 1,000
     info.output_tokens = {.limit = 8'000, .remaining = 100, .reset_after = 60s};    // not 200
+    // Its tokens headers: the most restrictive bucket (the output one), not input + output;
+    // read as a 1,200-token need against 100 left of 8,000 they would say 8.3 s.
+    info.tokens = {.limit = 8'000, .remaining = 100, .reset_after = 60s};
     RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
     CHECK(d.delay == 759'493'671ns);  // 60 s x 100 / 7,900, rounded to the nanosecond
     CHECK(d.pause == 250ms);
@@ -459,12 +462,22 @@ TEST_CASE("a 429 without retry-after holds its own request, not the others, for 
     CHECK(d.delay == 250ms);
     CHECK(d.pause == 0ns);  // no pause_all
   }
+  SECTION("a need above the stated limit never fits: no wait for it, the backoff") {
+    RateLimitInfo info;
+    info.tokens = {.limit = 30'000, .remaining = 500, .reset_after = 59s};
+    const laneq::RateCost big{.input_tokens = 40'000, .output_tokens = 200};
+    const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, big);
+    CHECK(d.delay == 250ms);
+    CHECK_FALSE(d.from_server);
+  }
   SECTION("a need of absurd size does not overflow") {
     RateLimitInfo info;
-    info.tokens = {.limit = 30'000, .remaining = 500, .reset_after = 20s};
+    info.tokens = {.remaining = 500, .reset_after = 20s};  // no limit: the whole reset
     const laneq::RateCost huge{.input_tokens = std::numeric_limits<std::int64_t>::max(),
                                .output_tokens = std::numeric_limits<std::int64_t>::max()};
     CHECK(decide_retry(policy, 1, err_for(429), 429, info, 0.5, huge).delay == 20s);
+    info.tokens.limit = std::numeric_limits<std::int64_t>::max();
+    CHECK(decide_retry(policy, 1, err_for(429), 429, info, 0.5, huge).delay > 0ns);
   }
 }
 
