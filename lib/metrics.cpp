@@ -95,10 +95,12 @@ struct counter {
   T get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 
-// Requests ended after a call, per second over the last minute: a count per whole second since the Metrics
-// began, in a ring of 60. The recorder zeroes the seconds it skips as it moves on (nothing
-// runs on a timer); a reader sums the 60 whole seconds before `now` that the ring still holds.
-// A reader racing the recorder may miss the count of a second being reused: it reads low, once.
+// Requests that ended in flight, per second over the last minute: a count per whole second
+// since the Metrics began, in a ring of 60. The recorder zeroes the seconds it skips as it
+// moves on (nothing runs on a timer); a reader sums the 60 whole seconds before `now` that the
+// ring still holds. A reader racing the recorder across a second may read one second's slot
+// as it is being reused (its old count, 0, or the new second's): off by that one second's
+// count, in either direction, for that snapshot only.
 struct throughput_ring {
   static constexpr std::int64_t window_s = 60;
   std::array<counter<std::uint32_t>, window_s> per_second{};
@@ -193,7 +195,7 @@ LatencyHistogram Metrics::load(const Histogram& a) noexcept {
 struct Metrics::Series {
   struct Latency {
     Histogram wait, service, limiter;
-    throughput_ring finished;  // requests that ended after a call (succeeded or failed)
+    throughput_ring finished;  // requests that ended in flight (succeeded or failed)
   };
   counter<std::int64_t> depth, in_flight, waiting;
   counter<std::uint64_t> submitted, started, succeeded, failed, rejected, expired, cancelled,

@@ -72,9 +72,9 @@ struct SeriesSnapshot {
   std::uint64_t submitted = 0, started = 0, succeeded = 0, failed = 0, rejected = 0,
                 expired = 0, cancelled = 0, retried = 0;
   std::uint64_t rate_limited = 0;  // 429/529 answers seen from the provider
-  // Requests that ended after a call (succeeded, or failed on their last attempt) per second,
-  // over the last 60 whole seconds (fewer while the queue is younger); the current second is
-  // not in it yet.
+  // Requests that ended once started (succeeded, or failed on their last attempt or at the
+  // rate limiter) per second, over the last 60 whole seconds (fewer while the queue is
+  // younger); the current second is not in it yet.
   double throughput_per_s = 0;
   LatencySummary queue_wait, service_time;
   LatencySummary limiter_wait;  // time a started request waited on the rate limiter before its call
@@ -136,7 +136,8 @@ void to_json(nlohmann::json& j, const MetricsSnapshot& s);  // so `nlohmann::jso
 //   laneq_limiter_waiting, laneq_limiter_paused_seconds         gauge
 //   laneq_limiter_granted_total, laneq_limiter_pauses_total     counter
 // Plus laneq_uptime_seconds (gauge). Label values are escaped (\\, \", \n). throughput_per_s is
-// not exported: Prometheus derives it, over any window, with rate() of the outcome counters.
+// not exported: Prometheus derives it, over any window, with rate() of succeeded + failed
+// (which also counts the few failures before a start, e.g. interrupted_too_often).
 // Throws std::invalid_argument if prefix is not a valid metric name prefix.
 std::string to_prometheus(const MetricsSnapshot& s, std::string_view prefix = "laneq");
 

@@ -441,6 +441,47 @@ TEST_CASE("throughput counts the calls that ended per second over the last 60 wh
   }
 }
 
+TEST_CASE("throughput snapshots while another thread records through four turns of the ring",
+          "[metrics][throughput][threads]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  Metrics m(two_lanes(), 50);
+  constexpr int n = 25'000;  // one call's end every 10 ms of virtual time: 250 s, 100 per second
+  std::atomic<std::int64_t> newest_ns{0};  // the recorder's latest time, after t0
+  std::atomic<bool> done{false};
+  std::thread recorder([&] {
+    for (int i = 0; i < n; ++i) {
+      const auto lane = static_cast<std::size_t>(i % 2);
+      const auto c = m.client("t" + std::to_string(i % 7));
+      const auto at = t0 + std::chrono::milliseconds(10 * i);
+      m.submitted(lane, c);
+      m.enqueued(lane, c, false);
+      m.started(lane, c, 1ms);
+      m.finished(lane, c, Outcome::succeeded, From::in_flight, 2ms, at);
+      newest_ns.store((at - t0).count(), std::memory_order_release);
+    }
+    done = true;
+  });
+  int snapshots = 0, bad = 0;
+  while (!done || snapshots == 0) {
+    const auto now = t0 + std::chrono::nanoseconds(newest_ns.load(std::memory_order_acquire));
+    const auto s = m.snapshot(now);
+    // 100 per second at most, give or take one second's count read as its slot is reused.
+    bad += s.total.throughput_per_s < 0 || s.total.throughput_per_s > 100.0 + 100.0 / 60 + 1e-9;
+    ++snapshots;
+  }
+  recorder.join();
+  CHECK(bad == 0);
+  const auto last = t0 + std::chrono::milliseconds(10 * (n - 1));
+  // The last 60 whole seconds, 100 each (the last one 99 when the Metrics began after t0: its
+  // seconds then start a moment later than t0's, and call 25,000 never came).
+  const auto s = m.snapshot(last + 1s);
+  CHECK(s.total.throughput_per_s == Approx(100.0).epsilon(0.001));
+  CHECK(s.lanes[0].stats.throughput_per_s == Approx(50.0).epsilon(0.001));
+  double clients = 0;
+  for (const auto& [name, c] : s.clients) clients += c.throughput_per_s;
+  CHECK(clients == Approx(s.total.throughput_per_s));
+}
+
 TEST_CASE("a call's end without a time counts toward throughput now", "[metrics][throughput]") {
   Metrics m(two_lanes());
   m.submitted(0, {});
