@@ -83,6 +83,9 @@ void validate(const QueueConfig& c) {
                std::to_string(c.reserved_workers) + " of " + std::to_string(c.workers) + ")");
   if (c.max_pending == 0) bad_config("QueueConfig::max_pending must be >= 1 (got 0)");
   if (c.quantum == 0) bad_config("QueueConfig::quantum must be >= 1 (got 0)");
+  if (c.fair_share != FairShare::requests && c.fair_share != FairShare::tokens)
+    bad_config("QueueConfig::fair_share must be FairShare::requests or FairShare::tokens (got " +
+               std::to_string(static_cast<int>(c.fair_share)) + ")");
   if (c.lanes.empty()) bad_config("QueueConfig::lanes must name at least one lane");
   if (c.lanes.size() > 64) bad_config("QueueConfig::lanes: at most 64 lanes");
   bool any_reserved = false;
@@ -591,6 +594,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     }
     if (!limiter_for(op->request.model).fits(estimated_cost(*op)))
       return reject(op, errc::exceeds_rate_limit);
+    if (cfg_.fair_share == FairShare::tokens) {  // before its journal row, which keeps the cost
+      const RateCost c = estimated_cost(*op);
+      op->options.cost = static_cast<std::uint32_t>(std::clamp<std::int64_t>(
+          std::int64_t{c.input_tokens} + c.output_tokens, 1,
+          std::numeric_limits<std::uint32_t>::max()));
+    }
 
     if (!recovered) {
       if (op->options.timeout) {

@@ -43,6 +43,13 @@ namespace laneq {
 // What a lane does when the queue holds max_pending requests.
 enum class WhenFull { wait, reject };
 
+// What a client's turn in its lane pays for (deficit round-robin's cost of a request).
+//   requests: SubmitOptions::cost (1 by default): clients share the lane's requests.
+//   tokens:   the request's token estimate, as the rate limiter charges it (prompt estimate +
+//             max_tokens, at least 1; SubmitOptions::cost is not used): clients share the
+//             lane's tokens, so a tenant of long prompts cannot take most of a TPM budget.
+enum class FairShare { requests, tokens };
+
 struct LaneConfig {
   Priority priority = Priority::normal;
   std::string name{};                        // for metrics; "" = priority_name() or "p<N>"
@@ -65,6 +72,7 @@ struct QueueConfig {
                                              // client_queue_full
   std::vector<LaneConfig> lanes = default_lanes();
   std::uint32_t quantum = 1;                 // DRR cost units per weight per turn, >= 1
+  FairShare fair_share = FairShare::requests;  // what a turn pays for: requests or tokens
   std::map<std::string, std::uint32_t> client_weights{};  // DRR weights (default 1), each >= 1
   std::size_t metrics_max_clients = 1000;    // distinct clients tracked in metrics
 

@@ -238,6 +238,51 @@ TEST_CASE("clients in one lane take turns through the queue", "[queue][fairness]
         std::vector<std::string>{"a", "gold", "gold", "a", "gold", "gold"});
 }
 
+TEST_CASE("fair_share = tokens: clients of one lane share its tokens, not its requests",
+          "[queue][fairness]") {
+  for (const auto share : {laneq::FairShare::requests, laneq::FairShare::tokens}) {
+    asio::io_context io;
+    RecordingProvider provider;
+    laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .fair_share = share});
+    int done = 0;
+    auto count = [&](std::error_code ec, laneq::Response) {
+      CHECK_FALSE(ec);
+      if (++done == 204) queue.async_shutdown({}, [](std::error_code) {});
+    };
+    // "big" asks ~1,001 tokens a request (a 1-token prompt + max_tokens 1,000), "small" ~11.
+    for (int i = 0; i < 4; ++i) queue.async_submit(chat("big", 1000), {.client = "big"}, count);
+    for (int i = 0; i < 200; ++i)
+      queue.async_submit(chat("small", 10), {.client = "small"}, count);
+    io.poll();
+    queue.start();
+    io.run();
+    const auto seen = provider.seen();
+    REQUIRE(seen.size() == 204);
+    // Small calls between the second and third "big" ones: one (turns), or as many as make a
+    // big one's tokens (DRR: to within one request; a turn is paid for after it is taken, so
+    // the first big call's debt shifts the second).
+    const auto big_at = [&](int k) {
+      auto it = seen.begin();
+      for (int i = 0; i < k; ++i) it = std::find(i == 0 ? it : it + 1, seen.end(), "big");
+      return it;
+    };
+    REQUIRE(big_at(3) != seen.end());
+    const auto smalls_between = std::count(big_at(2), big_at(3), "small");
+    if (share == laneq::FairShare::requests) {
+      CHECK(smalls_between == 1);
+    } else {
+      const auto cost = [](const laneq::Request& r) {
+        return laneq::estimate_prompt_tokens(r) + r.max_tokens;
+      };
+      const double ratio = static_cast<double>(cost(chat("big", 1000))) /
+                           static_cast<double>(cost(chat("small", 10)));
+      INFO("a big request costs " << ratio << " small ones");
+      CHECK(ratio > 50);
+      CHECK(std::abs(static_cast<double>(smalls_between) - ratio) <= 1.5);
+    }
+  }
+}
+
 TEST_CASE("with aging, a background request is served within its bound under constant critical "
           "load",
           "[queue][aging]") {
@@ -1090,6 +1135,7 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
          "RateLimits::tokens must be >= 0 (got -1) (QueueConfig::model_rate_limits[\"gpt-4o\"])");
   expect({.model_rate_limits = {{"caf\xc3", {.requests = 5}}}}, "not valid UTF-8");
   expect({.quantum = 0}, "quantum");
+  expect({.fair_share = static_cast<laneq::FairShare>(7)}, "fair_share must be FairShare::requests");
   expect({.lanes = {{.priority = Priority::high, .name = "x"}, {.priority = Priority::low, .name = "x"}}},
          "name");
   expect({.lanes = {{.priority = Priority::high, .name = "caf\xc3"}}}, "valid UTF-8");
