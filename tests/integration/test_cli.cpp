@@ -185,6 +185,49 @@ TEST_CASE("laneq run writes one output line per input line - bad lines with thei
   CHECK(r.err.find("6 of 10 lines succeeded, 4 failed") != std::string::npos);
 }
 
+TEST_CASE("laneq run --fair-share tokens: clients of a lane share its tokens, not its lines",
+          "[cli]") {
+  TempDir dir;
+  std::vector<std::string> lines;
+  const auto line = [&](const std::string& id, const std::string& client, int max_tokens) {
+    json l = chat_line(id);
+    l["client"] = client;
+    l["body"]["max_tokens"] = max_tokens;
+    lines.push_back(l.dump());
+  };
+  for (int i = 0; i < 4; ++i) line("big-" + std::to_string(i), "big", 2000);
+  for (int i = 0; i < 150; ++i) line("small-" + std::to_string(i), "small", 16);
+  write_lines(dir.file("in.jsonl"), lines);
+  // One worker: the output's order is the order of the calls. Small lines between the second
+  // and third big ones: 1 when clients take turns by lines, dozens when by tokens.
+  const auto smalls_between_bigs = [&](std::vector<std::string> extra) {
+    std::vector<std::string> cmd = {"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"),
+                                    "--mock", "--mock-latency-ms", "0", "--workers", "1",
+                                    "--progress", "none"};
+    cmd.insert(cmd.end(), extra.begin(), extra.end());
+    const auto r = run_cli(cmd);
+    CHECK(r.code == 0);
+    int bigs = 0, smalls = 0;
+    for (const auto& o : read_output(dir.file("out.jsonl"))) {
+      const bool big = o["custom_id"].get<std::string>().rfind("big-", 0) == 0;
+      bigs += big;
+      if (bigs == 3) break;
+      smalls += !big && bigs == 2;
+    }
+    CHECK(bigs == 3);
+    return std::pair{smalls, r.err};
+  };
+  const auto [by_lines, err_lines] = smalls_between_bigs({});
+  CHECK(by_lines == 1);
+  const auto [by_tokens, err_tokens] = smalls_between_bigs({"--fair-share", "tokens"});
+  CHECK(by_tokens >= 30);  // ~2,000 tokens of ~30-token lines; exact in the queue's own test
+  CHECK(err_tokens.find("clients share tokens") != std::string::npos);
+  const auto bad = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"),
+                            "--fair-share", "bytes"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("lines or tokens") != std::string::npos);
+}
+
 TEST_CASE("laneq run exits 0 when every line succeeded and prints a summary per lane", "[cli]") {
   TempDir dir;
   write_lines(dir.file("in.jsonl"), good_lines(25));

@@ -230,6 +230,7 @@ class BatchRun {
     QueueConfig cfg{.workers = static_cast<std::size_t>(o_.workers),
                     .reserved_workers = static_cast<std::size_t>(
                         std::min(o_.reserved_workers, o_.workers - 1)),
+                    .fair_share = o_.fair_by_tokens ? FairShare::tokens : FairShare::requests,
                     .rate_limits = {.requests = o_.rpm, .tokens = o_.tpm, .smooth = o_.smooth},
                     .retry = {.max_attempts = static_cast<std::uint32_t>(o_.max_attempts)}};
     for (auto& lane : cfg.lanes) lane.timeout = {};  // batch work: no queue deadlines
@@ -386,11 +387,12 @@ class BatchRun {
     else if (o_.smooth) limits += ", smooth";
     std::fprintf(stderr,
                  "laneq: %zu lines from %s (%zu malformed, %zu done in an earlier run, %zu to run)\n"
-                 "laneq: %s at %s, %lld workers, rate limits: %s%s\n",
+                 "laneq: %s at %s, %lld workers, rate limits: %s%s%s\n",
                  items_.size(), o_.input.c_str(), bad_, earlier_count_,
                  to_submit_.size() + recovered_count_,
                  o_.provider.c_str(), base_url.empty() ? "its default URL" : base_url.c_str(),
                  static_cast<long long>(o_.workers), limits.c_str(),
+                 o_.fair_by_tokens ? ", clients share tokens" : "",
                  o_.journal.empty() ? "" : (", journal " + o_.journal).c_str());
     constexpr std::size_t shown = 20;  // the rest are in the output file
     std::size_t n = 0;

@@ -16,6 +16,7 @@ struct RunOptions {
   std::int64_t rpm = 0;              // requests per minute, 0 = no limit
   std::int64_t tpm = 0;              // tokens per minute, 0 = no limit
   bool smooth = false;               // space starts evenly instead of bursting
+  bool fair_by_tokens = false;       // clients of a lane share its tokens, not its lines
   std::int64_t workers = 8;          // calls in flight at most
   std::int64_t reserved_workers = 1; // of those, kept for critical lines (< workers)
   bool reserved_workers_given = false;  // said on the command line (else capped at workers - 1)

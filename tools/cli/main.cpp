@@ -36,6 +36,11 @@ const std::vector<Flag>& run_flags() {
        [](RunOptions& o, auto f, auto v) { o.tpm = integer(f, v, 0, big); }},
       {"--smooth", false, "           space calls evenly instead of bursting up to the limit",
        [](RunOptions& o, auto, auto) { o.smooth = true; }},
+      {"--fair-share", true, "WHAT  what clients of a lane share: lines (default) or tokens",
+       [](RunOptions& o, auto f, auto v) {
+         if (v != "lines" && v != "tokens") laneq::flags::bad(f, "lines or tokens");
+         o.fair_by_tokens = v == "tokens";
+       }},
       {"--workers", true, "N       calls in flight at most (8)",
        [](RunOptions& o, auto f, auto v) { o.workers = integer(f, v, 1, 10'000); }},
       {"--reserved-workers", true, "N  of the workers, kept free for critical lines (1; at most workers - 1)",
