@@ -594,12 +594,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     }
     if (!limiter_for(op->request.model).fits(estimated_cost(*op)))
       return reject(op, errc::exceeds_rate_limit);
-    if (cfg_.fair_share == FairShare::tokens) {  // before its journal row, which keeps the cost
-      const RateCost c = estimated_cost(*op);
-      op->options.cost = static_cast<std::uint32_t>(std::clamp<std::int64_t>(
-          std::int64_t{c.input_tokens} + c.output_tokens, 1,
-          std::numeric_limits<std::uint32_t>::max()));
-    }
 
     if (!recovered) {
       if (op->options.timeout) {
@@ -794,6 +788,17 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                                                        : cfg_.default_max_tokens};
   }
 
+  // What a turn in its lane costs the request (DRR): SubmitOptions::cost, or with
+  // FairShare::tokens its token estimate. Worked out at each push, not stored: the journal
+  // keeps the caller's cost, so a resume under the other setting schedules by that one.
+  std::uint32_t drr_cost(const submit_op_base& op) const {
+    if (cfg_.fair_share != FairShare::tokens) return op.options.cost;
+    constexpr std::int64_t most = std::numeric_limits<std::uint32_t>::max();
+    const RateCost c = estimated_cost(op);  // each term capped first: no sum overflows
+    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(
+        std::min<std::int64_t>(c.input_tokens, most) + std::min(c.output_tokens, most), 1, most));
+  }
+
   void reject(op_ptr op, errc e, std::string why = {}) {
     metrics_.rejected(op->lane, op->client_ref);
     Response r;
@@ -818,7 +823,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                              .payload = reinterpret_cast<std::uint64_t>(op),
                              .enqueued_at = op->submitted_at,
                              .deadline = std::nullopt,
-                             .cost = op->options.cost};
+                             .cost = drr_cost(*op)};
     if (explicit_deadline(op)) args.deadline = op->deadline;
     // Limits were checked at admission. A waiter was counted with its client's then (room is
     // there when it comes). An acknowledged durable request passed the per-client limit at
@@ -1243,7 +1248,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                              .payload = reinterpret_cast<std::uint64_t>(op),
                              .enqueued_at = op->submitted_at,
                              .deadline = std::nullopt,
-                             .cost = op->options.cost,
+                             .cost = drr_cost(*op),
                              .seq = op->sched.id};
     if (explicit_deadline(op)) args.deadline = op->deadline;
     const auto r = sched_.push(args);  // a requeue is never rejected for capacity

@@ -538,6 +538,30 @@ TEST_CASE("pending rows of a run that never started run in the next one - critic
   CHECK(m.total.succeeded == 8);
 }
 
+TEST_CASE("with fair_share = tokens the journal keeps the caller's cost, not the token estimate "
+          "(a resume schedules by the setting it runs with)", "[durable][fairness]") {
+  TempDir dir("laneq-durable");
+  const auto path = dir.file("q.db");
+  {
+    DurableRun first({.workers = 1, .fair_share = laneq::FairShare::tokens,
+                      .journal = {.path = path}});
+    run(first.io, [&]() -> asio::awaitable<void> {
+      laneq::Request big = request("big");
+      big.max_tokens = 2000;
+      auto [ec, id] =
+          co_await first.queue.async_enqueue(std::move(big), {.cost = 3}, tuple_awaitable);
+      CHECK_FALSE(ec);
+      co_await first.queue.shutdown();  // before start: the row stays pending
+    });
+    const auto row = first.row("big");
+    REQUIRE(row);
+    CHECK(row->cost == 3);
+  }
+  DurableRun next({.workers = 1, .journal = {.path = path}});  // requests: the row's cost counts
+  next.drain();
+  CHECK(next.provider.seen() == ids{"big"});
+}
+
 TEST_CASE("a recovered request keeps its enqueue time and deadline: its wait counts from the "
           "first run, and a deadline that passed meanwhile expires it",
           "[durable][recovery][deadline]") {

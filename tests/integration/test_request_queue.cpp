@@ -258,12 +258,12 @@ TEST_CASE("fair_share = tokens: clients of one lane share its tokens, not its re
     io.run();
     const auto seen = provider.seen();
     REQUIRE(seen.size() == 204);
-    // Small calls between the second and third "big" ones: one (turns), or as many as make a
-    // big one's tokens (DRR: to within one request; a turn is paid for after it is taken, so
-    // the first big call's debt shifts the second).
+    // Small calls between the second and third "big" ones, one big cost of turns apart: one
+    // (turns), or as many as make a big one's tokens (DRR: to within one request).
     const auto big_at = [&](int k) {
       auto it = seen.begin();
-      for (int i = 0; i < k; ++i) it = std::find(i == 0 ? it : it + 1, seen.end(), "big");
+      for (int i = 0; i < k && it != seen.end(); ++i)
+        it = std::find(i == 0 ? it : it + 1, seen.end(), "big");
       return it;
     };
     REQUIRE(big_at(3) != seen.end());
