@@ -98,9 +98,10 @@ struct counter {
 // Requests that ended in flight, per second over the last minute: a count per whole second
 // since the Metrics began, in a ring of 60. The recorder zeroes the seconds it skips as it
 // moves on (nothing runs on a timer); a reader sums the 60 whole seconds before `now` that the
-// ring still holds. A reader racing the recorder across a second may read one second's slot
-// as it is being reused (its old count, 0, or the new second's): off by that one second's
-// count, in either direction, for that snapshot only.
+// ring still holds. `newest` is published with release after the skipped seconds are zeroed,
+// so a reader that sees it sees them cleared. A reader racing the recorder into a new second
+// (its `now` at or past the recorder's) may read that one slot as it is being reused (its old
+// count, 0, or the new second's): off by one second's count, either way, for that snapshot.
 struct throughput_ring {
   static constexpr std::int64_t window_s = 60;
   std::array<counter<std::uint32_t>, window_s> per_second{};
@@ -120,14 +121,14 @@ struct throughput_ring {
       newest_slot = slot(sec);
       for (std::int64_t s = std::max(last + 1, sec - window_s + 1); s <= sec; ++s)
         per_second[slot(s)].v.store(0, std::memory_order_relaxed);
-      newest.store(sec, std::memory_order_relaxed);
+      newest.store(sec, std::memory_order_release);
     } else if (sec <= last - window_s) {
       return;  // older than the ring (a finish time from before the minute the ring holds)
     }
     per_second[slot(sec)].add(1);
   }
   double per_s(std::int64_t now_sec) const noexcept {
-    const std::int64_t last = newest.load(std::memory_order_relaxed);
+    const std::int64_t last = newest.load(std::memory_order_acquire);
     const std::int64_t from = std::max({now_sec - window_s, last - window_s + 1, std::int64_t{0}});
     const std::int64_t to = std::min(now_sec - 1, last);  // whole seconds only
     std::uint64_t sum = 0;
