@@ -41,11 +41,29 @@ namespace laneq::cli {
 
 namespace {
 
+constexpr int setup_signals[] = {SIGINT, SIGTERM};
+struct sigaction actions_before_setup[2];
+bool setup_handler_installed[2] = {false, false};
+
+// A signal the process was started with ignored (`laneq run ... &` in a script) stays ignored.
 void quit_on_signals_during_setup() {
   struct sigaction sa {};
   sa.sa_handler = laneq_quit_during_setup;
   ::sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM}) ::sigaction(sig, &sa, nullptr);
+  for (int i = 0; i < 2; ++i) {
+    if (::sigaction(setup_signals[i], nullptr, &actions_before_setup[i]) != 0 ||
+        actions_before_setup[i].sa_handler == SIG_IGN)
+      continue;
+    setup_handler_installed[i] = ::sigaction(setup_signals[i], &sa, nullptr) == 0;
+  }
+}
+
+// A set-up step failed: while what was set up is torn down and the error is reported, a
+// signal must not say "interrupted" instead of the error.
+void restore_signals_after_failed_setup() {
+  for (int i = 0; i < 2; ++i)
+    if (std::exchange(setup_handler_installed[i], false))
+      ::sigaction(setup_signals[i], &actions_before_setup[i], nullptr);
 }
 
 using steady = std::chrono::steady_clock;
@@ -63,8 +81,10 @@ auto setup_step(const std::string& what, F&& f) -> decltype(std::forward<F>(f)()
   try {
     return std::forward<F>(f)();
   } catch (const setup_error&) {
+    restore_signals_after_failed_setup();
     throw;  // says what to do already
   } catch (const std::exception& e) {
+    restore_signals_after_failed_setup();
     throw setup_error{what + ": " + e.what()};
   }
 }
