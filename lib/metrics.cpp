@@ -379,8 +379,8 @@ void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
         break;
     }
   });
-  // Apart from the update above, which stays small enough to inline (measured: B1 stream ran
-  // ~150 instructions per request more with this inside it).
+  // Apart from the update above, which stays small enough to inline (measured: with this inside
+  // it the lambda was called out of line, and B1 stream ran 1.7 % slower).
   if (from != From::in_flight || (o != Outcome::succeeded && o != Outcome::failed) ||
       lane >= lanes_.size())
     return;
