@@ -533,6 +533,44 @@ TEST_CASE("a SIGTERM while laneq run still reads its input ends it at once - exi
   CHECK(mock.stats()["requests"] == 20);
 }
 
+TEST_CASE("scripts/chaos: kill -9, SIGTERM and SIGINT at random moments of runs against a mock "
+          "that injects every fault - every custom_id exactly once", "[cli][journal][chaos]") {
+  ChildProcess p("/bin/bash", {LANEQ_SOURCE_DIR "/scripts/chaos", "--bin", LANEQ_CLI_EXE, "--runs",
+                               "1", "--lines", "300", "--kills", "4", "--seed", "7"});
+  const std::string out = p.read_stdout(false, 240s);  // to EOF: the script ended
+  INFO(out << p.read_stderr(false, 1s));
+  CHECK(p.exit_code(10s) == 0);
+  CHECK(out.find("4 signals") != std::string::npos);
+  CHECK(out.find("300 of 300 custom_ids, 0 twice, 0 torn lines") != std::string::npos);
+  CHECK(out.find("\"broken_runs\":0") != std::string::npos);
+}
+
+TEST_CASE("scripts/chaos fails a run whose output has a custom_id twice", "[cli][chaos]") {
+  TempDir dir;
+  // A stand-in for laneq: a "mock" that only says where it listens, and a "run" that writes
+  // each input line's custom_id once and the first one again.
+  const std::string fake = dir.file("laneq");
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/bash\n"
+         "if [ \"$1\" = mock ]; then echo 'laneq-mock-api listening on 127.0.0.1:9'; exec sleep 60; fi\n"
+         "sed 's/.*\"custom_id\":\"\\([^\"]*\\)\".*/{\"id\":\"x\",\"custom_id\":\"\\1\",\"error\":null}/' \"$2\" > \"$4\"\n"
+         "head -n 1 \"$4\" >> \"$4\"\n";
+  }
+  fs::permissions(fake, fs::perms::owner_all);
+  ChildProcess p("/bin/bash", {LANEQ_SOURCE_DIR "/scripts/chaos", "--bin", fake, "--runs", "1",
+                               "--lines", "20", "--kills", "0"},
+                 {"CHAOS_KEEP=" + dir.file("kept")});
+  const std::string out = p.read_stdout(false, 60s);
+  const std::string err = p.read_stderr(false, 1s);
+  INFO(out << err);
+  CHECK(p.exit_code(10s) == 1);
+  CHECK(out.find("20 of 20 custom_ids, 1 twice") != std::string::npos);
+  CHECK(out.find("\"broken_runs\":1") != std::string::npos);
+  CHECK(err.find("broke an invariant") != std::string::npos);
+  CHECK(fs::exists(dir.file("kept")));
+}
+
 TEST_CASE("kill -9 mid-run, run again: every custom_id exactly once, resends only what was in flight",
           "[cli][journal][crash]") {
   TempDir dir;
