@@ -45,23 +45,14 @@ std::int64_t& limit_field(RateLimits& l, kind k) {
   }
 }
 
-// The largest limit validate_rate_limits() allows.
-constexpr std::int64_t max_limit = std::int64_t{1} << 50;
-
-// A cost field as the budgets see it: a negative one is 0 (no refund, and input + output cannot
-// hide output behind a negative input); a huge one is max_limit + 1, more than any budget holds
-// (so exceeds_rate_limit, never a sum that overflows into a free grant).
-std::int64_t bounded(std::int64_t n) { return std::clamp<std::int64_t>(n, 0, max_limit + 1); }
-
 // Every entry point that takes a RateCost (initiate, try_acquire, fits, reconcile, and waiters
-// as serviced) reads it through here.
+// as serviced) reads it through here (the retry policy reads it the same way).
 std::int64_t cost_of(kind k, const RateCost& c) {
   switch (k) {
-    case k_requests: return bounded(c.requests);
-    case k_tokens:  // each term <= 2^50 + 1: the sum cannot overflow
-      return std::min(bounded(c.input_tokens) + bounded(c.output_tokens), max_limit + 1);
-    case k_input: return bounded(c.input_tokens);
-    case k_output: return bounded(c.output_tokens);
+    case k_requests: return budget_units(c.requests);
+    case k_tokens: return token_units(c);
+    case k_input: return budget_units(c.input_tokens);
+    case k_output: return budget_units(c.output_tokens);
     default: return 0;
   }
 }
@@ -81,7 +72,7 @@ void validate_rate_limits(const RateLimits& l, std::string_view where) {
   // Bounds that keep the window's time and unit arithmetic far from overflow.
   if (l.period > std::chrono::hours(24 * 366)) bad("period must be at most a year");
   for (std::size_t k = 0; k < k_count; ++k)
-    if (limits[k] > max_limit) bad(std::string(kind_names[k]) + " must be at most 2^50");
+    if (limits[k] > max_rate_limit) bad(std::string(kind_names[k]) + " must be at most 2^50");
 }
 
 namespace detail {
@@ -457,7 +448,7 @@ void RateLimiter::observe(const RateLimitInfo& info, std::chrono::nanoseconds ma
             1, static_cast<std::int64_t>(std::min<long double>(
                    static_cast<long double>(*b.limit) * s.limits.period.count() /
                        std::chrono::nanoseconds(std::chrono::minutes(1)).count(),
-                   static_cast<long double>(max_limit))));
+                   static_cast<long double>(max_rate_limit))));
       }
       if (limits_of(adopted) != limits_of(s.limits)) s.apply(adopted);
     }

@@ -45,19 +45,17 @@ std::chrono::nanoseconds refill_wait(const RateLimitInfo::Bucket& b, std::int64_
   return std::chrono::nanoseconds(std::llround(static_cast<long double>(reset.count()) * share));
 }
 
-// The longest refill_wait over the buckets, each against what the request needs of it
-// (negative costs count as 0; a tokens bucket counts input + output, as the limiter does).
-// Where the server states input and output limits apart (Anthropic), its `tokens` headers show
-// the most restrictive of those, not an input + output budget: they are left out, as the
-// limiter leaves them out.
+// The longest refill_wait over the buckets, each against what the request needs of it, in the
+// units the limiter charges (budget_units, token_units). Where the server states input and
+// output limits apart (Anthropic), its `tokens` headers show the most restrictive of those,
+// not an input + output budget: they are left out, as the limiter leaves them out.
 std::chrono::nanoseconds own_bucket_wait(const RateLimitInfo& info, const RateCost& need) noexcept {
-  constexpr std::int64_t cap = std::int64_t{1} << 50;  // no sum overflows
-  const auto units = [&](std::int64_t n) { return std::clamp<std::int64_t>(n, 0, cap); };
-  const std::int64_t in = units(need.input_tokens), out = units(need.output_tokens);
   const bool split = info.input_tokens.limit || info.output_tokens.limit;
-  return std::max({refill_wait(info.requests, units(need.requests)),
-                   split ? std::chrono::nanoseconds(0) : refill_wait(info.tokens, in + out),
-                   refill_wait(info.input_tokens, in), refill_wait(info.output_tokens, out)});
+  const auto tokens =
+      split ? std::chrono::nanoseconds(0) : refill_wait(info.tokens, token_units(need));
+  return std::max({refill_wait(info.requests, budget_units(need.requests)), tokens,
+                   refill_wait(info.input_tokens, budget_units(need.input_tokens)),
+                   refill_wait(info.output_tokens, budget_units(need.output_tokens))});
 }
 
 }  // namespace
