@@ -53,6 +53,9 @@ struct RateLimitInfo {
 //   x-should-retry: true | false (any case)
 // When both OpenAI and Anthropic headers fill the same field, the Anthropic one wins. With a
 // repeated header the first occurrence counts. Limits/remaining are non-negative integers.
+// Anthropic rounds a token `remaining` to the nearest thousand: a multiple of 1000 other than 0
+// is read as the least it can mean (1000 -> 500), so nothing counts on tokens that may not be
+// there; any other value was not rounded and is kept.
 RateLimitInfo parse_rate_limit_headers(const Headers& headers,
                                        std::chrono::system_clock::time_point now) noexcept;
 

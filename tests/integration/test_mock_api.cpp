@@ -538,6 +538,29 @@ TEST_CASE("with rate_limit_headers_on_429 off, a 429 carries no rate-limit heade
   }
 }
 
+TEST_CASE("round_anthropic_tokens rounds token counts left to the nearest thousand, as the API "
+          "does, and laneq reads them as the least they can mean") {
+  MockConfig cfg;
+  cfg.rpm = 50;
+  cfg.input_tpm = 10'000;
+  cfg.output_tpm = 10'000;
+  cfg.round_anthropic_tokens = true;
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  // Charged up front: 400 output tokens (9,600 left: 10000 when rounded to the nearest 1000,
+  // 9000 when rounded down) and 2 prompt tokens (9,998: 10000).
+  const auto r = c.post(messages_path, anthropic_body("Hello", "claude-3-5-haiku", 400),
+                        anthropic_auth());
+  REQUIRE(r.status == 200);
+  CHECK(r.header("anthropic-ratelimit-output-tokens-remaining") == "10000");
+  CHECK(r.header("anthropic-ratelimit-input-tokens-remaining") == "10000");
+  CHECK(r.header("anthropic-ratelimit-requests-remaining") == "49");  // requests: exact
+  const auto info = parse_rate_limit_headers(r.headers, std::chrono::system_clock::now());
+  CHECK(info.output_tokens.remaining == 9500);
+  CHECK(info.input_tokens.remaining == 9500);
+  CHECK(info.requests.remaining == 49);
+}
+
 // --- streams --------------------------------------------------------------------------------
 
 TEST_CASE("an OpenAI stream sends content chunks, a usage chunk with include_usage, then [DONE]") {

@@ -143,27 +143,51 @@ TEST_CASE("The full Anthropic header set fills all four buckets with resets rela
                   {"anthropic-ratelimit-requests-remaining", "49"},
                   {"anthropic-ratelimit-requests-reset", "2024-05-01T12:35:26Z"},
                   {"anthropic-ratelimit-tokens-limit", "100000"},
-                  {"anthropic-ratelimit-tokens-remaining", "99000"},
+                  {"anthropic-ratelimit-tokens-remaining", "99123"},
                   {"anthropic-ratelimit-tokens-reset", "2024-05-01T12:34:56.5Z"},
                   {"anthropic-ratelimit-input-tokens-limit", "80000"},
-                  {"anthropic-ratelimit-input-tokens-remaining", "79000"},
+                  {"anthropic-ratelimit-input-tokens-remaining", "79456"},
                   {"anthropic-ratelimit-input-tokens-reset", "2024-05-01T12:00:00Z"},
                   {"anthropic-ratelimit-output-tokens-limit", "20000"},
-                  {"anthropic-ratelimit-output-tokens-remaining", "20000"},
+                  {"anthropic-ratelimit-output-tokens-remaining", "19999"},
                   {"anthropic-ratelimit-output-tokens-reset", "2024-05-01T14:35:26+02:00"}};
   const RateLimitInfo r = parse_rate_limit_headers(h, at(may1));
   CHECK(r.requests.limit == 50);
   CHECK(r.requests.remaining == 49);
   CHECK(r.requests.reset_after == nanoseconds(30s));
   CHECK(r.tokens.limit == 100000);
-  CHECK(r.tokens.remaining == 99000);
+  CHECK(r.tokens.remaining == 99123);
   CHECK(r.tokens.reset_after == nanoseconds(500ms));
   CHECK(r.input_tokens.limit == 80000);
-  CHECK(r.input_tokens.remaining == 79000);
+  CHECK(r.input_tokens.remaining == 79456);
   CHECK(r.input_tokens.reset_after == 0ns);  // in the past
   CHECK(r.output_tokens.limit == 20000);
-  CHECK(r.output_tokens.remaining == 20000);
+  CHECK(r.output_tokens.remaining == 19999);
   CHECK(r.output_tokens.reset_after == nanoseconds(30s));
+}
+
+TEST_CASE("Anthropic token counts rounded to the nearest thousand are read as the least they can "
+          "mean, request counts and unrounded values as they are") {
+  const auto remaining = [](const char* bucket, const char* value) {
+    const auto r = parse_rate_limit_headers(
+        {{std::string("anthropic-ratelimit-") + bucket + "-remaining", value}}, at(may1));
+    return std::string(bucket) == "requests"       ? r.requests.remaining
+           : std::string(bucket) == "input-tokens" ? r.input_tokens.remaining
+           : std::string(bucket) == "output-tokens" ? r.output_tokens.remaining
+                                                    : r.tokens.remaining;
+  };
+  for (const char* bucket : {"tokens", "input-tokens", "output-tokens"}) {
+    INFO(bucket);
+    CHECK(remaining(bucket, "1000") == 500);    // 500..1499 before rounding
+    CHECK(remaining(bucket, "79000") == 78500);
+    CHECK(remaining(bucket, "0") == 0);         // 0..499: still read as none left
+    CHECK(remaining(bucket, "1234") == 1234);   // not rounded
+    CHECK(remaining(bucket, "999") == 999);
+  }
+  CHECK(remaining("requests", "1000") == 1000);  // request counts are exact
+  // OpenAI's token counts are exact.
+  CHECK(parse_rate_limit_headers({{"x-ratelimit-remaining-tokens", "1000"}}, at(may1))
+            .tokens.remaining == 1000);
 }
 
 TEST_CASE("retry-after is read as seconds or as an HTTP-date, and retry-after-ms wins") {

@@ -50,7 +50,7 @@ const std::vector<Flag>& flags() {
        [](CliOptions& o, auto, auto) { o.config.refund_unused_tokens = false; }},
       {"--no-headers-on-429", false, " 429s without rate-limit and retry-after headers",
        [](CliOptions& o, auto, auto) { o.config.rate_limit_headers_on_429 = false; }},
-      {"--round-anthropic-tokens", false, "  Anthropic token remaining rounded down to 1000s",
+      {"--round-anthropic-tokens", false, "  Anthropic token remaining rounded to the nearest 1000",
        [](CliOptions& o, auto, auto) { o.config.round_anthropic_tokens = true; }},
       {"--should-retry", true, "true|false  x-should-retry on every error answer",
        [](CliOptions& o, auto f, auto v) {

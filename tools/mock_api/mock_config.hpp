@@ -29,7 +29,7 @@ struct MockConfig {
   std::int64_t output_tpm = 0;       // Anthropic only: max_tokens
   bool refund_unused_tokens = true;  // unused max_tokens come back after the answer (Anthropic)
   bool rate_limit_headers_on_429 = true;  // false: 429s carry no rate-limit/retry-after headers
-  bool round_anthropic_tokens = false;    // Anthropic token `remaining` rounded down to 1000s
+  bool round_anthropic_tokens = false;    // Anthropic token `remaining` to the nearest 1000
   std::optional<bool> should_retry{};     // x-should-retry on every error answer when set
 
   // Error injection: the share of admitted API calls answered this way. Each 0..1, sum <= 1.
