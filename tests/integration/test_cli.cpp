@@ -571,6 +571,29 @@ TEST_CASE("scripts/chaos fails a run whose output has a custom_id twice", "[cli]
   CHECK(fs::exists(dir.file("kept")));
 }
 
+TEST_CASE("scripts/chaos refuses a bad flag with a message and exit 2, before it runs anything",
+          "[cli][chaos]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--runs"}, "--runs needs a value"},
+      {{"--runs", "x"}, "--runs takes a whole number, not 'x'"},
+      {{"--lines", "0"}, "must be at least 1"},
+      {{"--provider", "gemini"}, "--provider is openai or anthropic, not 'gemini'"},
+      {{"--bogus", "1"}, "unknown flag --bogus"}};
+  for (const auto& [args, message] : cases) {
+    INFO(args.front() << " -> " << message);
+    std::vector<std::string> argv = {LANEQ_SOURCE_DIR "/scripts/chaos", "--bin", "/bin/false"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess p("/bin/bash", argv);
+    const std::string err = p.read_stderr(false, 30s);
+    INFO(err);
+    CHECK(p.exit_code(10s) == 2);
+    CHECK(err.find(message) != std::string::npos);
+  }
+  ChildProcess help("/bin/bash", {LANEQ_SOURCE_DIR "/scripts/chaos", "--help"});
+  CHECK(help.read_stdout(false, 30s).find("scripts/chaos [--runs N]") != std::string::npos);
+  CHECK(help.exit_code(10s) == 0);
+}
+
 TEST_CASE("kill -9 mid-run, run again: every custom_id exactly once, resends only what was in flight",
           "[cli][journal][crash]") {
   TempDir dir;
