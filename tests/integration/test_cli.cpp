@@ -576,6 +576,9 @@ TEST_CASE("scripts/chaos refuses a bad flag with a message and exit 2, before it
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--runs"}, "--runs needs a value"},
       {{"--runs", "x"}, "--runs takes a whole number, not 'x'"},
+      {{"--seed", "08"}, "--seed takes a whole number, not '08'"},  // bash would read octal
+      {{"--signals", "HUP"}, "--signals takes KILL, TERM and INT, not 'HUP'"},
+      {{"--signals", ""}, "--signals names none"},
       {{"--lines", "0"}, "must be at least 1"},
       {{"--provider", "gemini"}, "--provider is openai or anthropic, not 'gemini'"},
       {{"--bogus", "1"}, "unknown flag --bogus"}};
