@@ -62,7 +62,10 @@ double run(bool post_back, std::size_t n) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "dispatch";
-  const std::size_t n = argc > 2 ? std::stoul(argv[2]) : 2'000'000;
+  const std::string count = argc > 2 ? argv[2] : "2000000";
+  std::size_t n = 0;
+  if (!count.empty() && count.size() <= 12 && count.find_first_not_of("0123456789") == count.npos)
+    n = std::stoul(count);
   if ((mode != "dispatch" && mode != "post") || n == 0) {
     std::fprintf(stderr, "usage: b1_anchor [dispatch|post] [n > 0]\n");
     return 2;
