@@ -191,7 +191,7 @@ class AnthropicDialect final : public Dialect {
       auto limit = b.limited ? b.limit : unlimited_header_value;
       auto remaining = b.limited ? b.remaining : unlimited_header_value;
       // As the API does: to the nearest thousand, so 1,600 left reads 2000 (half up).
-      if (tokens && round_tokens) remaining = (remaining + 500) / 1000 * 1000;
+      if (tokens && round_tokens && b.limited) remaining = (remaining + 500) / 1000 * 1000;
       std::string prefix = "anthropic-ratelimit-";
       prefix += bucket;
       h.emplace_back(prefix + "-limit", std::to_string(limit));
