@@ -445,12 +445,14 @@ RateLimitInfo parse_rate_limit_headers(const Headers& headers, SysTime now) noex
       {an_output_limit, &info.output_tokens}}};
   for (const auto& [first, bucket] : anthropic) {
     set_if(bucket->limit, h[first], parse_non_negative_int);
-    set_if(bucket->remaining, h[first + 1], [&](std::string_view v) {
-      // Token counts are rounded to the nearest thousand (Anthropic's rate-limit docs): 1000
-      // left may be 500. The least a value can mean is what a limiter may count on; a value
-      // that is no multiple of 1000 was not rounded. Request counts are exact.
+    // Token counts are rounded to the nearest thousand (Anthropic's rate-limit docs): 1000 left
+    // may be 500. The least a value can mean is what a limiter may count on; a value that is no
+    // multiple of 1000 was not rounded. Request counts are exact. (`tokens` is not the binding
+    // itself: lambdas capture structured bindings only from Clang 16.)
+    const bool tokens = first != an_requests_limit;
+    set_if(bucket->remaining, h[first + 1], [tokens](std::string_view v) {
       auto n = parse_non_negative_int(v);
-      if (n && first != an_requests_limit && *n > 0 && *n % 1000 == 0) *n -= 500;
+      if (n && tokens && *n > 0 && *n % 1000 == 0) *n -= 500;
       return n;
     });
     set_if(bucket->reset_after, h[first + 2], rfc3339_reset);
