@@ -23,6 +23,8 @@
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "bench_util.hpp"
+
 namespace {
 
 using strand_type = asio::strand<asio::io_context::executor_type>;
@@ -62,17 +64,14 @@ double run(bool post_back, std::size_t n) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "dispatch";
-  const std::string count = argc > 2 ? argv[2] : "2000000";
-  std::size_t n = 0;
-  if (!count.empty() && count.size() <= 12 && count.find_first_not_of("0123456789") == count.npos)
-    n = std::stoul(count);
-  if ((mode != "dispatch" && mode != "post") || n == 0) {
+  const auto n = count_arg(argc > 2 ? argv[2] : nullptr, 2'000'000);
+  if ((mode != "dispatch" && mode != "post") || !n) {
     std::fprintf(stderr, "usage: b1_anchor [dispatch|post] [n > 0]\n");
     return 2;
   }
-  const double ns = run(mode == "post", n);
+  const double ns = run(mode == "post", *n);
   std::printf("{\"bench\":\"B1-anchor\",\"mode\":\"%s\",\"n\":%zu,\"ns_per_round_trip\":%.1f,"
               "\"round_trips_per_s\":%.0f}\n",
-              mode.c_str(), n, ns, 1e9 / ns);
+              mode.c_str(), *n, ns, 1e9 / ns);
   return 0;
 }

@@ -26,6 +26,7 @@
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "bench_util.hpp"
 #include "laneq/detail/unique_function.hpp"
 
 namespace {
@@ -135,11 +136,12 @@ class floor_queue {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "preload";
-  const std::size_t n = argc > 2 ? std::stoul(argv[2]) : 200'000;
-  if (mode != "preload" && mode != "stream") {
-    std::fprintf(stderr, "usage: b1_floor [preload|stream] [n]\n");
+  const auto count = count_arg(argc > 2 ? argv[2] : nullptr, 200'000);
+  if ((mode != "preload" && mode != "stream") || !count) {
+    std::fprintf(stderr, "usage: b1_floor [preload|stream] [n > 0]\n");
     return 2;
   }
+  const std::size_t n = *count;
   asio::io_context io(1);
   floor_queue queue(io.get_executor());
   std::size_t done = 0;

@@ -70,11 +70,12 @@ std::size_t lane_index(laneq::Priority p) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "laneq";
-  const std::size_t n = argc > 2 ? std::stoul(argv[2]) : 200'000;
-  if (mode != "laneq" && mode != "payload") {
-    std::fprintf(stderr, "usage: b1_memory [laneq|payload] [n]\n");
+  const auto count = count_arg(argc > 2 ? argv[2] : nullptr, 200'000);
+  if ((mode != "laneq" && mode != "payload") || !count) {
+    std::fprintf(stderr, "usage: b1_memory [laneq|payload] [n > 0]\n");
     return 2;
   }
+  const std::size_t n = *count;
   const bool bookkeeping = mode == "laneq";
   const std::size_t block_bytes = bookkeeping ? op_bytes : sizeof(record);
   auto jobs = b1::make_jobs(n);

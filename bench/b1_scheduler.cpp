@@ -31,11 +31,12 @@ using b1::make_jobs;
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "preload";
-  const std::size_t n = argc > 2 ? std::stoul(argv[2]) : 200'000;
-  if (mode != "preload" && mode != "stream" && mode != "stream-prebuilt") {
-    std::fprintf(stderr, "usage: b1_scheduler [preload|stream|stream-prebuilt] [n]\n");
+  const auto count = count_arg(argc > 2 ? argv[2] : nullptr, 200'000);
+  if ((mode != "preload" && mode != "stream" && mode != "stream-prebuilt") || !count) {
+    std::fprintf(stderr, "usage: b1_scheduler [preload|stream|stream-prebuilt] [n > 0]\n");
     return 2;
   }
+  const std::size_t n = *count;
   asio::io_context io(1);
   laneq::SimulatedProvider provider;
   laneq::RequestQueue queue(io.get_executor(), provider,

@@ -22,6 +22,7 @@
 
 #include <asio/io_context.hpp>
 
+#include "bench_util.hpp"
 #include "laneq/laneq.hpp"
 #include "support/child_process.hpp"
 
@@ -150,7 +151,12 @@ std::pair<std::size_t, std::size_t> kill_test(const std::string& self, const fs:
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[1]) == "child") return child(argv[2]);
-  const std::size_t n = argc > 1 ? std::stoul(argv[1]) : 100'000;
+  const auto count = count_arg(argc > 1 ? argv[1] : nullptr, 100'000);
+  if (!count) {
+    std::fprintf(stderr, "usage: b5_durable [n > 0]\n");
+    return 2;
+  }
+  const std::size_t n = *count;
   const fs::path dir = temp_dir();
   const Throughput t = throughput(dir, n);
   const auto [acked, lost] = kill_test(fs::canonical("/proc/self/exe").string(), dir);

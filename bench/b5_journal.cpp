@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "bench_util.hpp"
 #include "laneq/laneq.hpp"
 
 namespace fs = std::filesystem;
@@ -155,7 +156,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: b5_journal [normal|off|full|extra]\n");
     return 2;
   }
-  const std::size_t n = std::getenv("B5_N") ? std::stoul(std::getenv("B5_N")) : 200'000;
+  const auto count = count_arg(std::getenv("B5_N"), 200'000);
+  if (!count) {
+    std::fprintf(stderr, "b5_journal: B5_N must be a whole number from 1 to 10^12\n");
+    return 2;
+  }
+  const std::size_t n = *count;
   const fs::path dir = std::getenv("B5_DIR")
                            ? fs::path(std::getenv("B5_DIR"))
                            : fs::temp_directory_path() / ("laneq-b5-" + std::to_string(::getpid()));
