@@ -509,13 +509,14 @@ constexpr CounterFamily counter_families[] = {
      &SeriesSnapshot::started},
     {"requests_succeeded_total", "Requests that succeeded.", &SeriesSnapshot::succeeded},
     {"requests_failed_total", "Requests that failed.", &SeriesSnapshot::failed},
-    {"requests_rejected_total", "Requests rejected at submit (queue full, client full, shutdown).",
+    {"requests_rejected_total",
+     "Requests refused admission (queue full, client full, shutdown, journal refused the row).",
      &SeriesSnapshot::rejected},
     {"requests_expired_total", "Requests whose deadline passed.", &SeriesSnapshot::expired},
     {"requests_cancelled_total", "Requests cancelled.", &SeriesSnapshot::cancelled},
     {"requests_retried_total", "Attempts put back into their lane for a retry.",
      &SeriesSnapshot::retried},
-    {"requests_rate_limited_total", "Provider answers 429/529 (rate limited or overloaded).",
+    {"requests_rate_limited_total", "Provider answers 429/503/529 (rate limited or overloaded).",
      &SeriesSnapshot::rate_limited},
 };
 
@@ -545,8 +546,13 @@ constexpr SummaryFamily summary_families[] = {
 };
 
 void append_number(std::string& out, double v) {
+  // The format's spellings: to_chars writes "nan", "inf" and "-inf", which strict parsers refuse.
   if (std::isnan(v)) {
     out += "NaN";
+    return;
+  }
+  if (std::isinf(v)) {
+    out += v > 0 ? "+Inf" : "-Inf";
     return;
   }
   char buf[32];
@@ -663,7 +669,7 @@ void write_limiters(std::string& out, std::string_view p, const std::vector<Limi
   append_header(out, p, "limiter_granted_total", "Acquires granted by the limiter.",
                 " Per limiter.", "counter");
   for (const auto& l : ls) sample("limiter_granted_total", l.name, nullptr, l.granted);
-  append_header(out, p, "limiter_pauses_total", "Server-requested pauses (429/529).",
+  append_header(out, p, "limiter_pauses_total", "Server-requested pauses (429/503/529).",
                 " Per limiter.", "counter");
   for (const auto& l : ls) sample("limiter_pauses_total", l.name, nullptr, l.pauses);
   append_header(out, p, "limiter_paused_seconds",

@@ -71,7 +71,7 @@ struct SeriesSnapshot {
   std::int64_t waiting = 0;     // waiting for room (backpressure), not yet queued
   std::uint64_t submitted = 0, started = 0, succeeded = 0, failed = 0, rejected = 0,
                 expired = 0, cancelled = 0, retried = 0;
-  std::uint64_t rate_limited = 0;  // 429/529 answers seen from the provider
+  std::uint64_t rate_limited = 0;  // 429/503/529 answers seen from the provider
   // Requests that ended once started (succeeded, or failed on their last attempt or at the
   // rate limiter) per second, over the last 60 whole seconds (fewer while the queue is
   // younger); the current second is not in it yet.
@@ -99,7 +99,7 @@ struct LimiterSnapshot {
   std::vector<BudgetSnapshot> budgets;
   std::uint64_t waiting = 0;  // acquires waiting now
   std::uint64_t granted = 0;  // acquires granted so far
-  std::uint64_t pauses = 0;   // server-requested pauses (429/529) so far
+  std::uint64_t pauses = 0;   // server-requested pauses (429/503/529) so far
   double paused_for_s = 0;    // remaining pause now (0 = not paused)
 };
 
@@ -191,13 +191,13 @@ class Metrics {
   // Recording. `lane` indexes the lanes given to the constructor; an out-of-range lane makes the
   // call a no-op. Each call updates the lane's and the client's series.
   void submitted(std::size_t lane, ClientRef c);   // submitted++
-  void rejected(std::size_t lane, ClientRef c);    // rejected++ (full queue / client / shutdown)
+  void rejected(std::size_t lane, ClientRef c);    // rejected++ (refused admission)
   void waiting(std::size_t lane, ClientRef c);     // waiting++ (backpressure: waits for room)
   void enqueued(std::size_t lane, ClientRef c, bool was_waiting);  // depth++ (waiting-- if so)
   // depth--, in_flight++, started++, queue_wait recorded.
   void started(std::size_t lane, ClientRef c, std::chrono::nanoseconds queue_wait);
   void requeued(std::size_t lane, ClientRef c);    // in_flight--, depth++, retried++
-  void rate_limited(std::size_t lane, ClientRef c);  // rate_limited++ (provider said 429/529)
+  void rate_limited(std::size_t lane, ClientRef c);  // rate_limited++ (provider said 429/503/529)
   // limiter_wait recorded: a started request's wait for the rate limiter before its call.
   void limiter_wait(std::size_t lane, ClientRef c, std::chrono::nanoseconds d);
   // Outcome counter++, then by `from`: in_flight: in_flight--, service_time recorded, and a

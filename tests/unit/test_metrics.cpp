@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <random>
 #include <regex>
@@ -592,6 +593,15 @@ TEST_CASE("to_prometheus escapes a client name with a quote, a backslash and a n
   CHECK(text.find(R"(laneq_client_requests_succeeded_total{client="ev\"il\\na\nme"} 1)") !=
         std::string::npos);
   CHECK(text.find("ev\"il") == std::string::npos);  // never unescaped
+}
+
+TEST_CASE("to_prometheus spells infinities +Inf and -Inf, as the format does",
+          "[metrics][export]") {
+  auto s = sample_snapshot();
+  s.uptime_s = std::numeric_limits<double>::infinity();
+  CHECK(laneq::to_prometheus(s).find("\nlaneq_uptime_seconds +Inf\n") != std::string::npos);
+  s.uptime_s = -std::numeric_limits<double>::infinity();
+  CHECK(laneq::to_prometheus(s).find("\nlaneq_uptime_seconds -Inf\n") != std::string::npos);
 }
 
 // ---- rate limiter and retries ------------------------------------------------------------
