@@ -143,7 +143,7 @@ class RateLimiter {
   void observe(const RateLimitInfo& info,  // the same, already parsed
                std::chrono::nanoseconds max_hold = std::chrono::nanoseconds::max());
 
-  // Holds every grant for `d` from now (a 429 / 529): one pause for all waiters. At most 24 h
+  // Holds every grant for `d` from now (a 429 / 503 / 529): one pause for all waiters. At most 24 h
   // (a longer `d` is taken as 24 h: a server's absurd reset must not stop a process for good).
   void pause_for(std::chrono::nanoseconds d);
 

@@ -555,7 +555,7 @@ class BatchRun {
     std::fprintf(stderr, "\n%s", render_summary(rows).c_str());
     if (bad_ > 0) std::fprintf(stderr, "%zu malformed line(s): see their error lines in %s\n", bad_, o_.output.c_str());
     const double secs = std::chrono::duration<double>(steady::now() - started_at_).count();
-    std::fprintf(stderr, "laneq: %zu of %zu lines succeeded, %zu failed, in %s; 429/529 answers: %llu; output: %s\n",
+    std::fprintf(stderr, "laneq: %zu of %zu lines succeeded, %zu failed, in %s; 429/503/529 answers: %llu; output: %s\n",
                  state_.ok, state_.total, state_.failed, format_duration(secs).c_str(),
                  static_cast<unsigned long long>(m.total.rate_limited), o_.output.c_str());
     if (!mock_seen_.is_null())

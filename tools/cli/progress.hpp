@@ -29,7 +29,7 @@ struct ProgressState {
   std::int64_t tokens_per_min = 0;   // tokens used in the last minute
   std::int64_t tpm_limit = 0;        // 0 = none
   std::int64_t rpm_limit = 0;        // 0 = none
-  std::uint64_t rate_limited = 0;    // 429 / 529 answers seen
+  std::uint64_t rate_limited = 0;    // 429 / 503 / 529 answers seen
   std::optional<double> eta_s;       // when a rate is known
 };
 
