@@ -3,15 +3,22 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "laneq/rate_cost.hpp"
+
 namespace laneq {
 
 namespace {
 
 __extension__ using int128 = __int128;  // GCC/Clang: cost * period overflows 64 bits for big TPM
 
+// The RateLimiter's bounds (validate_rate_limits): they keep `at + period`, `spent + cost` and
+// the spacing arithmetic far from overflow.
 void check_spec(const BudgetSpec& s, const std::string& where) {
   if (s.limit < 1) throw std::invalid_argument(where + ".limit must be >= 1");
+  if (s.limit > max_rate_limit) throw std::invalid_argument(where + ".limit must be at most 2^50");
   if (s.period.count() <= 0) throw std::invalid_argument(where + ".period must be > 0");
+  if (s.period > std::chrono::hours(24 * 366))
+    throw std::invalid_argument(where + ".period must be at most a year");
 }
 
 }  // namespace
@@ -47,7 +54,7 @@ void RateBudgets::expire(Budget& b, TimePoint now) {
 bool RateBudgets::fits(std::span<const std::int64_t> costs) const {
   if (costs.size() != budgets_.size()) return false;
   for (std::size_t i = 0; i < costs.size(); ++i)
-    if (costs[i] > budgets_[i].spec.limit) return false;
+    if (budget_units(costs[i]) > budgets_[i].spec.limit) return false;
   return true;
 }
 
@@ -58,7 +65,7 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
 
   TimePoint ready = std::max(now, paused_until_);
   for (std::size_t i = 0; i < costs.size(); ++i) {
-    const std::int64_t cost = costs[i];
+    const std::int64_t cost = budget_units(costs[i]);  // fits(): at most the limit
     if (cost <= 0) continue;
     Budget& b = budgets_[i];
     expire(b, now);
@@ -79,12 +86,13 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
 
   const Ticket ticket = next_ticket_++;
   for (std::size_t i = 0; i < costs.size(); ++i) {
-    if (costs[i] <= 0) continue;
+    const std::int64_t cost = budget_units(costs[i]);
+    if (cost <= 0) continue;
     Budget& b = budgets_[i];
-    b.window.push_back({now, costs[i], ticket});
-    b.spent += costs[i];
+    b.window.push_back({now, cost, ticket});
+    b.spent += cost;
     b.last_grant_at = now;
-    if (b.spec.smooth) b.next_smooth = now + spacing(b, costs[i]);
+    if (b.spec.smooth) b.next_smooth = now + spacing(b, cost);
   }
   return {.granted = true, .ready_at = now, .ticket = ticket};
 }
@@ -93,7 +101,9 @@ void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t esti
                             std::int64_t actual, TimePoint now) {
   Budget& b = budgets_.at(budget);
   if (ticket == 0) return;  // debt and the server's view carry ticket 0: no grant of anyone's
-  actual = std::max<std::int64_t>(0, actual);
+  // In units a budget can hold: an absurd or negative count must not overflow the differences.
+  actual = budget_units(actual);
+  estimate = budget_units(estimate);
   expire(b, now);
   // Recent grants are at the back: search from there.
   for (auto it = b.window.rbegin(); it != b.window.rend(); ++it) {

@@ -28,8 +28,8 @@ namespace laneq {
 
 struct BudgetSpec {
   std::string name;                               // "requests", "tokens", ...
-  std::int64_t limit = 0;                         // units per period, >= 1
-  Duration period = std::chrono::minutes(1);      // > 0
+  std::int64_t limit = 0;                         // units per period, 1 to 2^50
+  Duration period = std::chrono::minutes(1);      // > 0, at most a year (366 days)
   bool smooth = false;                            // space grants cost x period / limit apart
 };
 
@@ -52,7 +52,9 @@ class RateBudgets {
   std::size_t size() const noexcept { return budgets_.size(); }
   const BudgetSpec& spec(std::size_t i) const { return budgets_.at(i).spec; }
 
-  // costs[i] is charged to budget i (0 = untouched); costs.size() must equal size().
+  // costs[i] is charged to budget i (0 = untouched); costs.size() must equal size(). Costs (and
+  // reconcile's counts) are read as budget_units (rate_cost.hpp): below 0 as 0, above 2^50 as
+  // 2^50 + 1, more than any limit.
   bool fits(std::span<const std::int64_t> costs) const;
   Grant try_acquire(std::span<const std::int64_t> costs, TimePoint now);
 

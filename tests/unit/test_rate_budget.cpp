@@ -1,6 +1,7 @@
 // RateBudgets: the limiter's arithmetic on a virtual clock.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -265,6 +266,41 @@ TEST_CASE("invalid budgets are rejected naming the field", "[rate_budget]") {
                     Catch::Contains("period"));
   RateBudgets b({{.name = "rpm", .limit = 5}});
   CHECK_THROWS_AS(b.try_acquire(c({1, 2}), t0), std::invalid_argument);
+}
+
+TEST_CASE("a budget is refused beyond the limiter's bounds (2^50 units, a year), at once and "
+          "by set_limit", "[rate_budget]") {
+  const std::int64_t most = std::int64_t{1} << 50;
+  CHECK_THROWS_WITH(RateBudgets({{.name = "tpm", .limit = most + 1}}), Catch::Contains("2^50"));
+  CHECK_THROWS_WITH(RateBudgets({{.name = "tpm", .limit = INT64_MAX}}), Catch::Contains("2^50"));
+  CHECK_THROWS_WITH(RateBudgets({{.name = "tpm", .limit = 5, .period = 367 * 24h}}),
+                    Catch::Contains("at most a year"));
+  CHECK_THROWS_WITH(RateBudgets({{.name = "tpm", .limit = 5, .period = laneq::Duration::max()}}),
+                    Catch::Contains("at most a year"));
+  RateBudgets b({{.name = "tpm", .limit = most, .period = 366 * 24h}});  // the bounds themselves
+  CHECK_THROWS_WITH(b.set_limit(0, INT64_MAX, 60s), Catch::Contains("2^50"));
+  CHECK_THROWS_WITH(b.set_limit(0, 5, laneq::Duration::max()), Catch::Contains("a year"));
+  CHECK(b.spec(0).limit == most);  // unchanged
+}
+
+TEST_CASE("costs and counts at the ends of int64 are read as budget units, without overflow",
+          "[rate_budget]") {
+  RateBudgets b({{.name = "tokens", .limit = 1000, .period = 10s}});
+  CHECK_FALSE(b.fits(c({INT64_MAX})));
+  CHECK(b.try_acquire(c({INT64_MAX}), t0).never);
+  CHECK(b.try_acquire(c({INT64_MIN}), t0).granted);  // a negative cost is 0: nothing spent
+  CHECK(b.available(0, t0) == 1000);
+  auto g = b.try_acquire(c({100}), t0);
+  REQUIRE(g.granted);
+  // Aged out (past 10 s): the extra is debt from now. The estimate INT64_MIN is read as 0, so
+  // the debt is the count itself; actual - estimate overflowed before, and charged nothing.
+  b.reconcile(g.ticket, 0, INT64_MIN, 300, t0 + 15s);
+  CHECK(b.available(0, t0 + 15s) == 700);
+  auto h = b.try_acquire(c({100}), t0 + 15s);
+  REQUIRE(h.granted);
+  b.reconcile(h.ticket, 0, 100, INT64_MAX, t0 + 16s);  // absurd usage: 2^50 + 1 units of debt
+  CHECK(b.available(0, t0 + 16s) == 700 - (std::int64_t{1} << 50) - 1);
+  CHECK(b.available(0, t0 + 30s) == 1000);  // all aged out
 }
 
 TEST_CASE("B3 arithmetic: 600 RPM as 50 per 5 s, 400 backlogged, 20 s", "[rate_budget][b3]") {
