@@ -22,6 +22,7 @@
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "laneq/detail/json_depth.hpp"
 #include "laneq/detail/post.hpp"
 #include "laneq/rate_limit_headers.hpp"
 #include "laneq/scheduler.hpp"
@@ -569,6 +570,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       return reject(op, errc::bad_request,
                     std::string("Request::extra must be a JSON object or null, not ") +
                         (x.is_discarded() ? "a discarded value (a failed parse)" : x.type_name()));
+    // Copies and dumps of a JSON value recurse (the estimate, the body, the journal): a value
+    // a caller parsed from untrusted text, nested 100,000 deep, would overflow the stack.
+    if (!recovered && !detail::json_value_depth_within(op->request.extra))
+      return reject(op, errc::bad_request,
+                    "Request::extra nests deeper than " + std::to_string(detail::kMaxJsonDepth) +
+                        " levels of arrays and objects");
     // A timeout of 0 or less would expire at once: a mistake (0 means "none" elsewhere), said so.
     if (const auto& t = op->options.timeout; !recovered && t && t->count() <= 0)
       return reject(op, errc::bad_request,

@@ -1234,6 +1234,37 @@ TEST_CASE("a Request::extra that is not a JSON object is refused at submit with 
   CHECK(queue.metrics().total.rejected == 3);
 }
 
+TEST_CASE("a Request::extra nested deeper than 256 levels is refused at submit with bad_request, "
+          "without a walk that recurses",
+          "[queue][errors]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  // {"a": [[...]]}: 1 + `arrays` levels, parsed (nlohmann parses and destroys without recursion)
+  // and moved, never copied: a copy of the deep one would overflow this test's own stack.
+  const auto nested = [](std::size_t arrays) {
+    return nlohmann::json::parse("{\"a\":" + std::string(arrays, '[') + std::string(arrays, ']') +
+                                 "}");
+  };
+  run(io, [&]() -> asio::awaitable<void> {
+    for (const std::size_t arrays : {std::size_t{256}, std::size_t{200'000}}) {
+      laneq::Request req = chat("deep");
+      req.extra = nested(arrays);
+      auto [ec, r] = co_await queue.async_submit(std::move(req), {}, tuple_awaitable);
+      CHECK(ec == errc::bad_request);
+      CHECK_THAT(r.error_message, Catch::Contains("Request::extra nests deeper than 256 levels"));
+    }
+    laneq::Request ok = chat("ok");
+    ok.extra = nested(255);  // 256 levels: the limit itself
+    auto [ec, r] = co_await queue.async_submit(std::move(ok), {}, tuple_awaitable);
+    CHECK_FALSE(ec);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen() == std::vector<std::string>{"ok"});
+  CHECK(queue.metrics().total.rejected == 2);
+}
+
 TEST_CASE("a priority that names no lane fails with unknown_lane, and the message lists the "
           "queue's lanes",
           "[queue][errors]") {

@@ -1,10 +1,14 @@
 #pragma once
 // A guard for JSON text from outside (a provider's reply, a batch file's line) before it is
-// parsed. nlohmann::json parses and destroys without recursion, but copies and dumps with it:
+// parsed, and for a value a caller parsed (Request::extra). nlohmann::json parses and destroys without recursion, but copies and dumps with it:
 // a value nested 200,000 deep (400 KB of brackets) would overflow the stack the first time it
 // is copied, and end the process. No API nests anywhere near the limit.
 #include <cstddef>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace laneq::detail {
 
@@ -30,6 +34,22 @@ inline bool json_depth_within(std::string_view text,
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
+  }
+  return true;
+}
+
+// The same bound for a value built in memory (Request::extra from a caller's own parse), walked
+// without recursion: the walk must not do what it guards against.
+inline bool json_value_depth_within(const nlohmann::json& value,
+                                    std::size_t max_depth = kMaxJsonDepth) {
+  if (!value.is_structured()) return true;
+  std::vector<std::pair<const nlohmann::json*, std::size_t>> todo{{&value, 1}};  // its depth
+  while (!todo.empty()) {
+    const auto [v, depth] = todo.back();
+    todo.pop_back();
+    if (depth > max_depth) return false;
+    for (const auto& child : *v)
+      if (child.is_structured()) todo.emplace_back(&child, depth + 1);
   }
   return true;
 }
