@@ -2,7 +2,8 @@
 // JSON (de)serialisation of Request and Response for the journal (internal).
 //   request:  {"model","messages":[{"role","content"}],"max_tokens","stream","extra"}
 //             (on_delta is a callback and is not stored)
-//   response: {"status","text","usage":{"input_tokens","output_tokens"},"finish_reason",
+//   response: {"status","text","usage":{"input_tokens","output_tokens",
+//              "rate_exempt_input_tokens"},"finish_reason",
 //              "headers":[[name,value],...],"raw","error_type","error_message","attempts",
 //              "queue_wait_ns","service_time_ns"}
 // Headers are pairs, not an object: order and repeated names survive. The readers throw
