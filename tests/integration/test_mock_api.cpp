@@ -753,6 +753,39 @@ TEST_CASE("scripted outcomes force an exact sequence of answers") {
   CHECK(s["requests"] == 9);
 }
 
+TEST_CASE("a scripted retry-after goes with any error answer, headers false drops it, and an "
+          "answer that is no error refuses it") {
+  MockServerThread server;
+  HttpClient control(server.port());
+  REQUIRE(control.post("/control/script", json::parse(R"([
+      {"status": 503, "retry_after": 2},
+      {"kind": "error", "status": 529, "retry_after_ms": 1500},
+      {"status": 429, "retry_after_ms": 300, "headers": false}
+  ])")).status == 200);
+  HttpClient c(server.port());
+  const auto unavailable = c.post(chat_path, openai_body(), openai_auth());
+  CHECK(unavailable.status == 503);
+  CHECK(unavailable.header("retry-after") == "2");
+  CHECK_FALSE(unavailable.header("retry-after-ms").has_value());
+  const auto overloaded = c.post(messages_path, anthropic_body(), anthropic_auth());
+  CHECK(overloaded.status == 529);
+  CHECK(overloaded.header("retry-after-ms") == "1500");
+  CHECK(overloaded.header("retry-after") == "2");
+  const auto bare = c.post(chat_path, openai_body(), openai_auth());
+  CHECK(bare.status == 429);
+  CHECK_FALSE(bare.header("retry-after").has_value());
+  CHECK_FALSE(bare.header("retry-after-ms").has_value());
+  for (const char* outcome : {R"({"kind": "ok", "retry_after": 1})",
+                              R"({"status": 200, "retry_after_ms": 5})",
+                              R"({"kind": "malformed", "retry_after": 1})"}) {
+    INFO(outcome);
+    const auto r = control.post("/control/script", json::parse(outcome));
+    CHECK(r.status == 400);
+    CHECK_THAT(r.json()["error"]["message"].get<std::string>(),
+               Catch::Contains("need an error outcome"));
+  }
+}
+
 TEST_CASE("scripted outcomes with a status or a delay out of range are refused, not wrapped") {
   MockServerThread server;
   HttpClient c(server.port());

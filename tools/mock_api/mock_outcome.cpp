@@ -94,6 +94,13 @@ MockOutcome outcome_from_json(const nlohmann::json& j) {
     if (status && *status < 400) bad("kind error needs a status in 400..599");
     if (status) o.status = *status;
   }
+  // Sent with error answers only: on any other outcome they would be dropped without a word.
+  const bool error_answer = o.kind == OutcomeKind::error || o.kind == OutcomeKind::rate_limit ||
+                            o.kind == OutcomeKind::insufficient_quota ||
+                            o.kind == OutcomeKind::too_large;
+  if ((o.retry_after_ms || o.retry_after) && !error_answer)
+    bad("retry_after_ms and retry_after need an error outcome (error, rate_limit, "
+        "insufficient_quota, too_large)");
   return o;
 }
 

@@ -30,7 +30,8 @@ struct MockOutcome {
   OutcomeKind kind = OutcomeKind::ok;
   int status = 500;                 // for `error`
   std::string rate_limit_type = "requests";  // OpenAI 429 error.type: "requests" or "tokens"
-  // retry-after-ms, plus retry-after in whole seconds rounded up.
+  // retry-after-ms, plus retry-after in whole seconds rounded up; sent with an error answer
+  // (error, rate_limit, insufficient_quota, too_large), ignored with any other kind.
   std::optional<std::chrono::milliseconds> retry_after_ms{};
   std::optional<std::chrono::seconds> retry_after{};  // retry-after only (wins for that header)
   bool rate_limit_headers = true;   // false: no rate-limit or retry-after headers on this answer
@@ -43,8 +44,9 @@ struct MockOutcome {
 // {"kind":"error","status":503,"should_retry":false}, {"status":200,"latency_ms":50}.
 // Keys: kind, status, type, retry_after_ms, retry_after (s), headers, should_retry, latency_ms,
 // message. Without "kind": status 200 -> ok, 429 -> rate_limit, else error. status is 200..599;
-// latency_ms and retry_after_ms at most 86400000 (a day), retry_after at most 86400. Unknown keys
-// or bad values throw std::invalid_argument.
+// latency_ms and retry_after_ms at most 86400000 (a day), retry_after at most 86400; the
+// retry-after keys only with an error answer. Unknown keys or bad values throw
+// std::invalid_argument.
 MockOutcome outcome_from_json(const nlohmann::json& j);
 // An array of outcomes, or one object.
 std::vector<MockOutcome> outcomes_from_json(const nlohmann::json& j);

@@ -282,6 +282,14 @@ Plan Responder::plan_api_call(const HttpRequest& request, SteadyTime now, System
     }
     p.success = true;
   };
+  // retry-after-ms and retry-after: the bucket's wait (ms, s), unless the script says otherwise.
+  const auto add_retry_after = [&](std::optional<std::chrono::nanoseconds> ms,
+                                   std::optional<std::chrono::nanoseconds> s) {
+    if (forced && forced->retry_after_ms) ms = s = *forced->retry_after_ms;
+    if (forced && forced->retry_after) s = *forced->retry_after;
+    if (ms) p.headers.emplace_back("retry-after-ms", format_millis_ceil(*ms));
+    if (s) p.headers.emplace_back("retry-after", format_seconds_ceil(*s));
+  };
   const std::string message = forced ? forced->message : std::string();
   bool rate_headers = true;
   switch (kind) {
@@ -305,14 +313,12 @@ Plan Responder::plan_api_call(const HttpRequest& request, SteadyTime now, System
         spec.requested = forced->rate_limit_type == "tokens" ? to_tokens(charge.tokens) : 1;
       }
       error(spec);
-      rate_headers = cfg.rate_limit_headers_on_429;
+      // A script's `headers: false` drops the retry-after headers too.
+      rate_headers = cfg.rate_limit_headers_on_429 && (!forced || forced->rate_limit_headers);
       if (rate_headers) {
         std::optional<std::chrono::nanoseconds> ms, s;
         if (rejection && rejection->retry_after) ms = s = *rejection->retry_after;
-        if (forced && forced->retry_after_ms) ms = s = *forced->retry_after_ms;
-        if (forced && forced->retry_after) s = *forced->retry_after;
-        if (ms) p.headers.emplace_back("retry-after-ms", format_millis_ceil(*ms));
-        if (s) p.headers.emplace_back("retry-after", format_seconds_ceil(*s));
+        add_retry_after(ms, s);
       }
       break;
     }
@@ -357,6 +363,9 @@ Plan Responder::plan_api_call(const HttpRequest& request, SteadyTime now, System
       break;
   }
   if (forced && !forced->rate_limit_headers) rate_headers = false;
+  // A scripted retry-after on another error (a 503, a 529): servers send it there too.
+  if (forced && kind != OutcomeKind::rate_limit && forced->rate_limit_headers && p.status >= 400)
+    add_retry_after(std::nullopt, std::nullopt);
 
   p.headers.emplace_back("content-type", p.events.empty() ? "application/json" : "text/event-stream");
   if (!p.events.empty()) p.headers.emplace_back("cache-control", "no-cache");
