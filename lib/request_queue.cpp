@@ -77,8 +77,15 @@ std::string lane_name(const LaneConfig& l) {
   return name;
 }
 
+constexpr std::size_t max_workers = 65'536;
+
 void validate(const QueueConfig& c) {
   if (c.workers == 0) bad_config("QueueConfig::workers must be >= 1 (got 0)");
+  // Each is a coroutine and a call in flight: a count far beyond any API's concurrency is a
+  // mistake (SIZE_MAX would fail in start(), out of io.run(), with bad_alloc).
+  if (c.workers > max_workers)
+    bad_config("QueueConfig::workers must be at most " + std::to_string(max_workers) + " (got " +
+               std::to_string(c.workers) + ")");
   if (c.reserved_workers >= c.workers)
     bad_config("QueueConfig::reserved_workers must be < workers (got " +
                std::to_string(c.reserved_workers) + " of " + std::to_string(c.workers) + ")");
@@ -97,6 +104,9 @@ void validate(const QueueConfig& c) {
       bad_config(where + ".name must be valid UTF-8");
     if (l.timeout.count() < 0) bad_config(where + ".timeout must be >= 0");
     if (l.age_step.count() < 0) bad_config(where + ".age_step must be >= 0");
+    if (l.when_full != WhenFull::wait && l.when_full != WhenFull::reject)
+      bad_config(where + ".when_full must be WhenFull::wait or WhenFull::reject (got " +
+                 std::to_string(static_cast<int>(l.when_full)) + ")");
     for (std::size_t j = 0; j < i; ++j) {
       const std::string also = " is used by lanes[" + std::to_string(j) + "] too";
       if (c.lanes[j].priority == l.priority)
@@ -1643,6 +1653,10 @@ void RequestQueue::set_client_weight(std::string client, std::uint32_t weight) {
   if (weight == 0)
     throw std::system_error(make_error_code(errc::invalid_config),
                             "set_client_weight: weight must be >= 1 (client \"" + client + "\")");
+  if (client.size() > ClientId::max_size)  // as in the constructor: it could never match
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            "set_client_weight: \"" + client + "\" is longer than a client name (" +
+                                std::to_string(ClientId::max_size) + " bytes)");
   impl_->set_client_weight(std::move(client), weight);
 }
 

@@ -64,7 +64,7 @@ struct LaneConfig {
 std::vector<LaneConfig> default_lanes();
 
 struct QueueConfig {
-  std::size_t workers = 8;                   // worker coroutines (= max calls in flight), >= 1
+  std::size_t workers = 8;                   // worker coroutines (= max calls in flight), 1..65,536
   std::size_t reserved_workers = 0;          // of `workers`, serving reserved lanes only; < workers
   std::size_t max_pending = 100'000;         // queued requests (all lanes), >= 1; beyond: wait
                                              // for room (best lane first) or queue_full

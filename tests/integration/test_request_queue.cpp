@@ -1119,6 +1119,10 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
     }
   };
   expect({.workers = 0}, "workers");
+  expect({.workers = 65'537}, "workers must be at most 65536 (got 65537)");
+  expect({.workers = SIZE_MAX, .reserved_workers = 1}, "workers must be at most 65536");
+  expect({.lanes = {{.priority = Priority::normal, .when_full = static_cast<laneq::WhenFull>(2)}}},
+         "when_full must be WhenFull::wait or WhenFull::reject (got 2)");
   expect({.workers = 2, .reserved_workers = 2}, "reserved_workers");
   expect({.max_pending = 0}, "max_pending");
   expect({.lanes = {}}, "lanes");
@@ -1145,6 +1149,13 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
     FAIL("accepted weight 0");
   } catch (const std::system_error& e) {
     CHECK(e.code() == errc::invalid_config);
+  }
+  try {  // no SubmitOptions::client could ever name it
+    ok.set_client_weight(std::string(64, 'x'), 2);
+    FAIL("accepted a name longer than a client name");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == errc::invalid_config);
+    CHECK_THAT(e.what(), Catch::Contains("longer than a client name (63 bytes)"));
   }
   CHECK_THROWS_AS(laneq::SubmitOptions{.client = std::string(64, 'x')}, std::length_error);
 }
