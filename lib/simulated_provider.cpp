@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
+#include <system_error>
 
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
@@ -46,8 +48,30 @@ int usual_status(std::error_code ec) {
 
 }  // namespace
 
+namespace {
+
+void validate(const SimulatedProviderConfig& c) {
+  const auto bad = [](const std::string& what) {
+    throw std::system_error(make_error_code(errc::invalid_config),
+                            "SimulatedProviderConfig::" + what);
+  };
+  // A century each: "never answers" in a test, and latency + jitter cannot overflow.
+  constexpr std::chrono::nanoseconds most = std::chrono::hours(24 * 36'525);
+  if (c.latency.count() < 0 || c.latency > most) bad("latency must be in 0 .. 100 years");
+  if (c.jitter.count() < 0 || c.jitter > most) bad("jitter must be in 0 .. 100 years");
+  if (c.output_tokens < 0) bad("output_tokens must be >= 0");
+  if (!(c.failure_rate >= 0.0 && c.failure_rate <= 1.0))  // NaN too
+    bad("failure_rate must be in 0..1 (got " + std::to_string(c.failure_rate) + ")");
+  if (c.failure_rate > 0 && !c.failure) bad("failure must be an error when failure_rate > 0");
+  if (c.failure_status != 0 && (c.failure_status < 100 || c.failure_status > 599))
+    bad("failure_status must be 0 or an HTTP status 100..599 (got " +
+        std::to_string(c.failure_status) + ")");
+}
+
+}  // namespace
+
 SimulatedProvider::SimulatedProvider(SimulatedProviderConfig config)
-    : cfg_(std::move(config)), rng_(cfg_.seed) {}
+    : cfg_((validate(config), std::move(config))), rng_(cfg_.seed) {}
 
 void SimulatedProvider::script(SimulatedOutcome outcome) {
   std::lock_guard lock(mu_);
@@ -62,13 +86,23 @@ SimulatedProvider::plan SimulatedProvider::next_plan(const Request& request) {
     return {cfg_.latency, {.status = 200}};
   std::lock_guard lock(mu_);
   plan p{cfg_.latency, {}};
-  if (cfg_.latency_fn) {
-    p.latency = cfg_.latency_fn(request, rng_);
-  } else if (cfg_.jitter.count() > 0) {
-    p.latency += std::chrono::nanoseconds(
-        std::uniform_int_distribution<std::int64_t>(0, cfg_.jitter.count() - 1)(rng_));
+  // The caller's functions run inside async_call, which is noexcept: one that throws fails
+  // this call with `internal` instead of ending the process.
+  try {
+    if (cfg_.latency_fn) {
+      p.latency = cfg_.latency_fn(request, rng_);
+    } else if (cfg_.jitter.count() > 0) {
+      p.latency += std::chrono::nanoseconds(
+          std::uniform_int_distribution<std::int64_t>(0, cfg_.jitter.count() - 1)(rng_));
+    }
+    if (cfg_.usage_fn) p.usage = cfg_.usage_fn(request, rng_);
+  } catch (const std::exception& e) {
+    p.thrown = std::string("SimulatedProviderConfig's latency_fn or usage_fn threw: ") + e.what();
+    return p;
+  } catch (...) {
+    p.thrown = "SimulatedProviderConfig's latency_fn or usage_fn threw";
+    return p;
   }
-  if (cfg_.usage_fn) p.usage = cfg_.usage_fn(request, rng_);
   if (!script_.empty()) {
     p.outcome = std::move(script_.front());
     script_.pop_front();
@@ -92,6 +126,15 @@ void SimulatedProvider::async_call(const Request& request, const CallContext& ct
   while (now_in_flight > seen && !max_in_flight_.compare_exchange_weak(seen, now_in_flight)) {}
 
   plan p = next_plan(request);
+  if (!p.thrown.empty()) {  // no HTTP exchange (status 0), answered on the next loop turn
+    detail::post(ctx.executor, [this, done = std::move(done), msg = std::move(p.thrown)]() mutable {
+      answered_.fetch_add(1, std::memory_order_release);
+      Response r;
+      r.error_message = std::move(msg);
+      done(errc::internal, std::move(r));
+    });
+    return;
+  }
   // Sizes now; the Response itself is built when the call completes, so the posted handler
   // stays small.
   std::size_t chars = 0;

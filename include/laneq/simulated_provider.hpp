@@ -10,22 +10,25 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <string>
 
 #include "laneq/error.hpp"
 #include "laneq/provider.hpp"
 
 namespace laneq {
 
+// Validated by the constructor: std::system_error(errc::invalid_config) names the bad field.
 struct SimulatedProviderConfig {
-  std::chrono::nanoseconds latency{0};       // fixed part; 0 = answer on the next loop turn
-  std::chrono::nanoseconds jitter{0};        // + uniform [0, jitter)
-  // Overrides latency/jitter when set (e.g. per-model latency); called under a lock.
+  std::chrono::nanoseconds latency{0};       // fixed part, 0..100 years; 0 = next loop turn
+  std::chrono::nanoseconds jitter{0};        // + uniform [0, jitter), 0..100 years
+  // Overrides latency/jitter when set (e.g. per-model latency); called under a lock. A throw
+  // from it or from usage_fn fails that call with errc::internal (no HTTP status).
   std::function<std::chrono::nanoseconds(const Request&, std::mt19937_64&)> latency_fn{};
-  std::int64_t output_tokens = 16;           // completion size (capped by max_tokens when set)
+  std::int64_t output_tokens = 16;           // completion size, >= 0 (capped by max_tokens)
   // Overrides the usage reported on success (e.g. a random completion size); under a lock.
   std::function<Usage(const Request&, std::mt19937_64&)> usage_fn{};
-  double failure_rate = 0.0;                 // share of calls failing with `failure`
-  std::error_code failure = errc::server_error;
+  double failure_rate = 0.0;                 // share of calls failing with `failure`, 0..1
+  std::error_code failure = errc::server_error;  // an error when failure_rate > 0
   int failure_status = 0;                    // 0 = the failure's usual status (see below)
   std::uint64_t seed = 42;
 };
@@ -65,6 +68,7 @@ class SimulatedProvider final : public Provider {
     std::chrono::nanoseconds latency;
     SimulatedOutcome outcome;
     std::optional<Usage> usage{};
+    std::string thrown{};  // latency_fn or usage_fn threw: the call fails with `internal`
   };
   plan next_plan(const Request& request);
 

@@ -547,6 +547,60 @@ TEST_CASE("SimulatedProvider answers an injected failure with its usual HTTP sta
   });
 }
 
+TEST_CASE("SimulatedProvider refuses a bad config naming the field, and a latency_fn or "
+          "usage_fn that throws fails its call with internal",
+          "[queue][simulated]") {
+  const auto expect = [](laneq::SimulatedProviderConfig c, const std::string& field) {
+    try {
+      laneq::SimulatedProvider p(std::move(c));
+      FAIL("accepted a bad config: " + field);
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::invalid_config);
+      CHECK_THAT(e.what(), Catch::Contains(field));
+    }
+  };
+  expect({.latency = -1ns}, "latency must be");
+  expect({.latency = std::chrono::nanoseconds::max(), .jitter = 1ms}, "latency must be");
+  expect({.jitter = -1ns}, "jitter must be");
+  expect({.output_tokens = -1}, "output_tokens");
+  expect({.failure_rate = std::numeric_limits<double>::quiet_NaN()}, "failure_rate");
+  expect({.failure_rate = 1.5}, "failure_rate");
+  expect({.failure_rate = -0.1}, "failure_rate");
+  expect({.failure_rate = 0.5, .failure = {}}, "failure must be an error");
+  expect({.failure_status = 42}, "failure_status");
+  laneq::SimulatedProvider never({.latency = 24h * 36'525, .jitter = 24h * 36'525});  // the bounds
+
+  asio::io_context io;
+  int calls = 0;
+  laneq::SimulatedProvider provider(
+      {.latency_fn = [&](const laneq::Request&, auto&) -> std::chrono::nanoseconds {
+         if (++calls == 1) throw std::runtime_error("no latency today");
+         return 1ms;
+       },
+       .usage_fn = [&](const laneq::Request&, auto&) -> laneq::Usage {
+         if (calls == 2) throw 42;
+         return {.input_tokens = 3, .output_tokens = 4};
+       }});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.max_attempts = 1}});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec1, r1] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(ec1 == errc::internal);
+    CHECK(r1.status == 0);
+    CHECK_THAT(r1.error_message, Catch::Contains("threw: no latency today"));
+    auto [ec2, r2] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK(ec2 == errc::internal);
+    CHECK_THAT(r2.error_message, Catch::Contains("latency_fn or usage_fn threw"));
+    auto [ec3, r3] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
+    CHECK_FALSE(ec3);
+    CHECK(r3.usage.output_tokens == 4);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 3);
+  CHECK(provider.in_flight() == 0);
+}
+
 TEST_CASE("a jitter source that throws or goes out of range does not stop the retry",
           "[queue][retry]") {
   asio::io_context io;
