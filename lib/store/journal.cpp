@@ -701,7 +701,19 @@ std::shared_ptr<Journal> Journal::open(JournalConfig config) {
   if (config.retention_keep_last > max_keep) config.retention_keep_last = max_keep;
   if (static_cast<int>(config.synchronous) < 0 || static_cast<int>(config.synchronous) > 3)
     bad_config("JournalConfig::synchronous is not a JournalSync value");
-  if (!config.clock) config.clock = [] { return sys_clock::now(); };
+  if (!config.clock) {
+    config.clock = [] { return sys_clock::now(); };
+  } else {
+    // Called by finish() after the queue resolved a request, and on the writer thread: a throw
+    // there would lose the request's outcome or end the process. The system clock stands in.
+    config.clock = [given = std::move(config.clock)] {
+      try {
+        return given();
+      } catch (...) {
+        return sys_clock::now();
+      }
+    };
+  }
 
   auto impl = std::make_shared<Impl>(std::move(config));
   impl->open();

@@ -500,6 +500,26 @@ TEST_CASE("retention deletes finished rows older than the maximum age and never 
   CHECK(ids_of(list_wait(*j)) == std::vector<std::string>{"r1", "r2", "r3"});
 }
 
+TEST_CASE("a clock that throws is replaced by the system clock for that reading: finish stamps "
+          "and completes, and retention by age runs",
+          "[journal][retention]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  const auto throwing = []() -> sys_clock::time_point { throw std::runtime_error("no time"); };
+  const auto before = sys_clock::now() - 1s;  // stored in whole milliseconds
+  {
+    auto j = Journal::open({.path = path, .retention_max_age = 1h, .clock = throwing});
+    append_ok(*j, make_record("r0"));
+    CHECK_FALSE(finish_wait(*j, 1, JournalState::succeeded, 1));
+  }
+  auto j = Journal::open({.path = path, .retention_max_age = 1h, .clock = throwing});
+  const auto rows = list_wait(*j);  // finished just now: kept by the 1 h retention
+  REQUIRE(rows.size() == 1);
+  REQUIRE(rows[0].finished_at);
+  CHECK(*rows[0].finished_at >= before);
+  CHECK(*rows[0].finished_at <= sys_clock::now() + 1s);
+}
+
 TEST_CASE("retention set to keep for ever with the type's maximum keeps every row",
           "[journal][retention]") {
   TempDir dir;

@@ -51,7 +51,8 @@ struct JournalConfig {
   std::chrono::milliseconds retention_max_age{0};
   std::size_t retention_keep_last = 0;
   // Time of finish() stamps and of retention's age cut-off; default system_clock::now. Called
-  // from finish()'s caller and from the writer thread: must be thread-safe.
+  // from finish()'s caller and from the writer thread: must be thread-safe. If it throws,
+  // system_clock::now() is used for that reading.
   std::function<std::chrono::system_clock::time_point()> clock{};
 
   // `config.journal = "run.db"`: the defaults with this path. (Assignment, not a constructor:
