@@ -591,6 +591,14 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       return reject(op, errc::bad_request,
                     "SubmitOptions::timeout must be > 0 (" + std::to_string(t->count()) +
                         " ms); leave it empty for the lane's, milliseconds::max() for none");
+    // Nonsense said at once, not quietly read as something else (cost 0 as 1, a negative
+    // max_tokens as the provider's default).
+    if (!recovered && op->options.cost == 0)
+      return reject(op, errc::bad_request, "SubmitOptions::cost must be >= 1 (got 0)");
+    if (const auto m = op->request.max_tokens; !recovered && m < 0)
+      return reject(op, errc::bad_request,
+                    "Request::max_tokens must be >= 0 (0: the provider's default; got " +
+                        std::to_string(m) + ")");
     // A recovered request was acknowledged in an earlier run: the per-client limit must not
     // fail it now (only its deadline ends it); enqueue() lets it past the scheduler's too.
     if (!recovered && cfg_.max_pending_per_client != 0 &&

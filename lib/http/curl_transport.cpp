@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -49,6 +50,13 @@ void validate(const CurlTransportConfig& c) {
   const auto bad = [](const std::string& what) {
     throw std::system_error(make_error_code(errc::invalid_config), "CurlTransportConfig::" + what);
   };
+  // Sent as given (the user agent as a header line): a line end would add a header of its
+  // own, and a NUL would cut the value short.
+  constexpr std::string_view line_breaking("\r\n\0", 3);
+  if (c.user_agent.find_first_of(line_breaking) != std::string::npos)
+    bad("user_agent must not contain CR, LF or NUL");
+  if (c.proxy.find_first_of(line_breaking) != std::string::npos)
+    bad("proxy must not contain CR, LF or NUL");
   if (c.connect_timeout.count() < 0) bad("connect_timeout must be >= 0");
   if (c.timeout.count() < 0) bad("timeout must be >= 0");
   if (!c.ca_file.empty()) {

@@ -189,6 +189,9 @@ TEST_CASE("settings curl would misuse are refused at construction, naming the fi
   refused({.timeout = std::chrono::milliseconds(-5)}, "timeout must be >= 0");
   refused({.ca_file = "/nonexistent/laneq-ca.pem"},
           "ca_file \"/nonexistent/laneq-ca.pem\" cannot be read: No such file");
+  refused({.user_agent = "laneq\r\nX-Injected: 1"}, "user_agent must not contain CR, LF or NUL");
+  refused({.user_agent = std::string("laneq\0tail", 10)}, "user_agent must not contain");
+  refused({.proxy = "http://127.0.0.1:1\n"}, "proxy must not contain CR, LF or NUL");
   laneq::CurlTransport fine(io.get_executor(), {.connect_timeout = std::chrono::milliseconds(0)});
 }
 

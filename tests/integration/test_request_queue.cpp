@@ -1245,6 +1245,29 @@ TEST_CASE("a Request::extra that is not a JSON object is refused at submit with 
   CHECK(queue.metrics().total.rejected == 3);
 }
 
+TEST_CASE("a SubmitOptions::cost of 0 and a negative Request::max_tokens are refused at submit "
+          "with bad_request, not read as 1 and as the provider's default",
+          "[queue][errors]") {
+  asio::io_context io;
+  RecordingProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec1, r1] = co_await queue.async_submit(chat("free"), {.cost = 0}, tuple_awaitable);
+    CHECK(ec1 == errc::bad_request);
+    CHECK_THAT(r1.error_message, Catch::Contains("SubmitOptions::cost must be >= 1 (got 0)"));
+    auto [ec2, r2] = co_await queue.async_submit(chat("minus", -5), {}, tuple_awaitable);
+    CHECK(ec2 == errc::bad_request);
+    CHECK_THAT(r2.error_message, Catch::Contains("Request::max_tokens must be >= 0") &&
+                                     Catch::Contains("got -5"));
+    auto [ec3, r3] = co_await queue.async_submit(chat("ok", 0), {.cost = 1}, tuple_awaitable);
+    CHECK_FALSE(ec3);  // 0: the provider's default
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen() == std::vector<std::string>{"ok"});
+  CHECK(queue.metrics().total.rejected == 2);
+}
+
 TEST_CASE("a Request::extra nested deeper than 256 levels is refused at submit with bad_request, "
           "without a walk that recurses",
           "[queue][errors]") {
