@@ -1160,12 +1160,18 @@ TEST_CASE("invalid configuration is rejected at construction with the field name
   CHECK_THROWS_AS(laneq::SubmitOptions{.client = std::string(64, 'x')}, std::length_error);
 }
 
-TEST_CASE("a timeout of 0 or less is refused at submit with bad_request, not expired at once",
-          "[queue][errors]") {
+// The submit-time refusal tests: a started one-worker queue over a RecordingProvider.
+struct refusal_fixture {
   asio::io_context io;
   RecordingProvider provider;
-  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
-  queue.start();
+  laneq::RequestQueue queue{io.get_executor(), provider, {.workers = 1}};
+  refusal_fixture() { queue.start(); }
+};
+
+TEST_CASE_METHOD(refusal_fixture,
+                 "a timeout of 0 or less is refused at submit with bad_request, not expired at "
+                 "once",
+                 "[queue][errors]") {
   run(io, [&]() -> asio::awaitable<void> {
     for (const auto t : {0ms, -5ms}) {
       auto [ec, r] = co_await queue.async_submit(chat("bad"), {.timeout = t}, tuple_awaitable);
@@ -1215,13 +1221,10 @@ TEST_CASE("QueueConfig::journal = {} or nullptr turns journaling off, without an
   });
 }
 
-TEST_CASE("a Request::extra that is not a JSON object is refused at submit with bad_request, "
-          "before any wait or call",
-          "[queue][errors]") {
-  asio::io_context io;
-  RecordingProvider provider;
-  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
-  queue.start();
+TEST_CASE_METHOD(refusal_fixture,
+                 "a Request::extra that is not a JSON object is refused at submit with "
+                 "bad_request, before any wait or call",
+                 "[queue][errors]") {
   run(io, [&]() -> asio::awaitable<void> {
     for (const auto& [extra, says] :
          std::vector<std::pair<nlohmann::json, std::string>>{
@@ -1245,13 +1248,10 @@ TEST_CASE("a Request::extra that is not a JSON object is refused at submit with 
   CHECK(queue.metrics().total.rejected == 3);
 }
 
-TEST_CASE("a SubmitOptions::cost of 0 and a negative Request::max_tokens are refused at submit "
-          "with bad_request, not read as 1 and as the provider's default",
-          "[queue][errors]") {
-  asio::io_context io;
-  RecordingProvider provider;
-  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
-  queue.start();
+TEST_CASE_METHOD(refusal_fixture,
+                 "a SubmitOptions::cost of 0 and a negative Request::max_tokens are refused at "
+                 "submit with bad_request, not read as 1 and as the provider's default",
+                 "[queue][errors]") {
   run(io, [&]() -> asio::awaitable<void> {
     auto [ec1, r1] = co_await queue.async_submit(chat("free"), {.cost = 0}, tuple_awaitable);
     CHECK(ec1 == errc::bad_request);
@@ -1268,13 +1268,10 @@ TEST_CASE("a SubmitOptions::cost of 0 and a negative Request::max_tokens are ref
   CHECK(queue.metrics().total.rejected == 2);
 }
 
-TEST_CASE("a Request::extra nested deeper than 256 levels is refused at submit with bad_request, "
-          "without a walk that recurses",
-          "[queue][errors]") {
-  asio::io_context io;
-  RecordingProvider provider;
-  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
-  queue.start();
+TEST_CASE_METHOD(refusal_fixture,
+                 "a Request::extra nested deeper than 256 levels is refused at submit with "
+                 "bad_request, without a walk that recurses",
+                 "[queue][errors]") {
   // {"a": [[...]]}: 1 + `arrays` levels, parsed (nlohmann parses and destroys without recursion)
   // and moved, never copied: a copy of the deep one would overflow this test's own stack.
   const auto nested = [](std::size_t arrays) {
