@@ -93,7 +93,18 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
         Response r;
         r.status = hr.status;
         if (ec) {  // no (complete) HTTP answer
-          if (stream) stream->acc.finish(r);  // keep what streamed so far, for the curious
+          // Keep what streamed so far, for the curious. A stream that said all it had to say
+          // (its end marker, or an error event) before the transfer failed (a connection closed
+          // without the last chunk, an HTTP/2 reset) is that answer: read as a network error
+          // it was retried (each retry a billed completion), and a quota error lost its code.
+          const std::error_code streamed = stream ? stream->acc.finish(r) : std::error_code{};
+          if (stream && ec != asio::error::operation_aborted && !stream->delta_threw &&
+              !stream->parser.failed() && stream->body == stream_state::kind::events &&
+              hr.status >= 200 && hr.status < 300 &&
+              (stream->acc.done() || stream->acc.error())) {
+            r.headers = std::move(hr.headers);
+            return done(streamed, std::move(r));
+          }
           if (r.error_type.empty()) {  // the stream's own error words win; else the transport's
             r.error_type = "transport";
             r.error_message = std::move(hr.error);

@@ -483,8 +483,10 @@ namespace {
 // for a stream (as CurlTransport does with any 2xx body then); counts the calls.
 class ChunkedAnswer final : public laneq::Transport {
  public:
-  ChunkedAnswer(executor_type ex, std::vector<std::string> chunks)
-      : ex_(std::move(ex)), chunks_(std::move(chunks)) {}
+  // `then`: the transfer's outcome after the last chunk (e.g. the connection closed without
+  // the last chunk of a chunked body).
+  ChunkedAnswer(executor_type ex, std::vector<std::string> chunks, std::error_code then = {})
+      : ex_(std::move(ex)), chunks_(std::move(chunks)), then_(then) {}
   void async_request(laneq::HttpRequest request, executor_type ex, asio::cancellation_slot,
                      laneq::HttpCompletion done) override {
     ++calls;
@@ -500,7 +502,7 @@ class ChunkedAnswer final : public laneq::Transport {
       } catch (...) {
         ec = laneq::make_error_code(errc::network);
       }
-      done(ec, std::move(resp));
+      done(ec ? ec : then_, std::move(resp));
     });
   }
   executor_type get_executor() const override { return ex_; }
@@ -509,6 +511,7 @@ class ChunkedAnswer final : public laneq::Transport {
  private:
   executor_type ex_;
   std::vector<std::string> chunks_;
+  std::error_code then_;
 };
 
 std::unique_ptr<laneq::Provider> provider_for(Api api, laneq::Transport& t) {
@@ -527,9 +530,9 @@ struct StreamOutcome {
   std::vector<std::string> deltas;
   int calls = 0;
 };
-StreamOutcome stream_through(Api api, std::vector<std::string> chunks) {
+StreamOutcome stream_through(Api api, std::vector<std::string> chunks, std::error_code then = {}) {
   asio::io_context io;
-  ChunkedAnswer transport(io.get_executor(), std::move(chunks));
+  ChunkedAnswer transport(io.get_executor(), std::move(chunks), then);
   auto provider = provider_for(api, transport);
   laneq::RequestQueue queue(io.get_executor(), *provider, fast_retries(1));
   queue.start();
@@ -566,6 +569,41 @@ TEST_CASE("both providers: a stream request answered with one whole JSON body (a
     CHECK(o.resp.attempts == 1);
     CHECK(o.calls == 1);  // was 3: each read as a network error and retried
     CHECK(o.deltas == std::vector<std::string>{"whole answer"});
+  }
+}
+
+TEST_CASE("both providers: a stream that ended (its end marker, or an error event) before the "
+          "transfer failed is that answer - not a network error retried and billed again",
+          "[providers][stream]") {
+  const auto cut = laneq::make_error_code(errc::network);  // e.g. curl: partial file
+  for (const Api api : {Api::openai, Api::anthropic}) {
+    INFO(api_name(api));
+    const bool openai = api == Api::openai;
+    const std::vector<std::string> complete =
+        openai ? std::vector<std::string>{
+                     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},"
+                     "\"finish_reason\":\"stop\"}]}\n\n",
+                     "data: [DONE]\n\n"}
+               : std::vector<std::string>{
+                     "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                     "\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+                     "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"};
+    const auto ok = stream_through(api, complete, cut);
+    CHECK_FALSE(ok.ec);  // was network
+    CHECK(ok.resp.text == "Hi");
+    CHECK(ok.calls == 1);
+    // Cut before the end marker: a network error, as before.
+    const auto short_of_end = stream_through(api, {complete.front()}, cut);
+    CHECK(short_of_end.ec == errc::network);
+    // An error event, then the cut: the event's error (neither is retried).
+    const std::string refused =
+        openai ? "data: {\"error\":{\"message\":\"You exceeded your current quota\","
+                 "\"type\":\"insufficient_quota\",\"code\":\"insufficient_quota\"}}\n\n"
+               : "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
+                 "\"permission_error\",\"message\":\"not allowed\"}}\n\n";
+    const auto bad = stream_through(api, {refused}, cut);
+    CHECK(bad.ec == (openai ? errc::quota_exceeded : errc::auth));  // was network
+    CHECK(bad.calls == 1);
   }
 }
 
