@@ -163,7 +163,7 @@ void StreamAccumulator::on_event(const SseEvent& event) {
 
   // Usage counts are cumulative: a later report of the same count replaces the earlier one.
   const auto read_usage = [&](const json* usage) {
-    if (!usage) return;
+    if (!usage || usage->is_null()) return;  // as a non-streamed body's null usage: none
     if (!usage->is_object()) return fail(err(errc::malformed_response));
     if (const auto v = count_at(*usage, "input_tokens")) input_tokens_ = *v;
     if (const auto v = count_at(*usage, "cache_creation_input_tokens")) cache_creation_input_tokens_ = *v;

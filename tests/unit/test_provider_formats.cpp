@@ -863,6 +863,19 @@ TEST_CASE("Anthropic stream: a newer message_delta with input usage updates it")
   CHECK(out.finish() == laneq::Finish::length);  // (streamed)
 }
 
+TEST_CASE("Anthropic stream: a null usage is no usage, as in a non-streamed body, not malformed") {
+  laneq::anthropic::StreamAccumulator acc;
+  run_stream(acc, sse_event("message_start", R"({"type":"message_start","message":{"usage":null}})") +
+                      sse_event("content_block_delta", R"({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}})") +
+                      sse_event("message_delta", R"({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":null})") +
+                      sse_event("message_stop", R"({"type":"message_stop"})"));
+  Response out;
+  CHECK_FALSE(acc.finish(out));  // was malformed_response
+  CHECK(out.text == "ok");
+  CHECK(out.usage.output_tokens == 0);
+  CHECK(out.finish_reason == "end_turn");
+}
+
 TEST_CASE("request bodies written directly equal the ones built as a JSON tree - any text",
           "[formats][body]") {
   // Without Request::extra the bodies are written directly; with it they are built as a tree
