@@ -177,7 +177,8 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     for (auto& [arrival, k] : aging) {
       auto it = waiters.find(k);
       const steady::time_point since{steady::duration(std::get<1>(k))};
-      const int p = aged(it->second.priority, since, it->second.age_step, now);
+      const auto step = it->second.age_step;  // read first: extract() invalidates `it`
+      const int p = aged(it->second.priority, since, step, now);
       if (p < std::get<0>(k)) {
         auto node = waiters.extract(it);
         k = key{p, std::get<1>(k), arrival};
@@ -185,8 +186,8 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
         waiters.insert(std::move(node));
       }
       if (p > 0) {
-        const auto stepped = now <= since ? 0 : (now - since) / it->second.age_step;
-        next = std::min(next, since + (stepped + 1) * it->second.age_step);
+        const auto stepped = now <= since ? 0 : (now - since) / step;
+        next = std::min(next, since + (stepped + 1) * step);
       }
     }
     return next;
@@ -212,6 +213,42 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     }
     disarm();
   }
+
+  // After new limits: every waiter that can never fit now fails at once, not when its turn
+  // comes (behind the head, a pause, or better-ranked arrivals, holding a worker meanwhile).
+  void fail_unfit(ready_list& ready) {
+    for (auto it = waiters.begin(); it != waiters.end();) {
+      if (budgets.fits(costs(it->second.cost))) {
+        ++it;
+        continue;
+      }
+      if (it->second.age_step.count() > 0) aging.erase(std::get<2>(it->first));
+      ready.emplace_back(std::move(it->second.done),
+                         std::pair{make_error_code(errc::exceeds_rate_limit),
+                                   RateLimiter::Ticket{0}});
+      it = waiters.erase(it);
+    }
+  }
+
+  // reconcile() under the lock, without granting: true if something was refunded.
+  bool reconcile_costs(RateLimiter::Ticket ticket, const RateCost& estimate,
+                       const RateCost& actual) {
+    const auto now = steady::now();
+    bool refunded = false;
+    for (std::size_t k = 0; k < k_count; ++k) {
+      if (index[k] == npos) continue;
+      const auto e = cost_of(static_cast<kind>(k), estimate);
+      const auto a = cost_of(static_cast<kind>(k), actual);
+      if (e == a) continue;
+      budgets.reconcile(ticket, index[k], e, a, now);
+      refunded = refunded || a < e;
+    }
+    return refunded;
+  }
+
+  // observe() under the lock, without granting (new limits fail the waiters they rule out).
+  void take_server_view(const RateLimitInfo& info, std::chrono::nanoseconds max_hold,
+                        ready_list& ready);
 
   void arm(steady::time_point at) {
     if (at == armed_at) return;  // already set for exactly this time
@@ -399,17 +436,23 @@ void RateLimiter::reconcile(Ticket ticket, RateCost estimate, RateCost actual) {
   detail::limiter_state::ready_list ready;
   {
     std::lock_guard lock(s.mu);
-    const auto now = steady::now();
-    bool refunded = false;
-    for (std::size_t k = 0; k < k_count; ++k) {
-      if (s.index[k] == detail::limiter_state::npos) continue;
-      const auto e = cost_of(static_cast<kind>(k), estimate);
-      const auto a = cost_of(static_cast<kind>(k), actual);
-      if (e == a) continue;
-      s.budgets.reconcile(ticket, s.index[k], e, a, now);
-      refunded = refunded || a < e;
-    }
-    if (refunded) s.service(ready);  // the head may fit sooner now
+    if (s.reconcile_costs(ticket, estimate, actual)) s.service(ready);  // the head may fit now
+  }
+  detail::limiter_state::run(ready);
+}
+
+void RateLimiter::settle(Ticket ticket, RateCost estimate, RateCost actual,
+                         const RateLimitInfo& info, std::chrono::nanoseconds max_hold) {
+  auto& s = *state_;
+  detail::limiter_state::ready_list ready;
+  {
+    std::lock_guard lock(s.mu);
+    const bool metered = ticket != 0 && ticket != unmetered_ticket;
+    const bool refunded = metered && s.reconcile_costs(ticket, estimate, actual);
+    const bool seen = info.requests.any() || info.tokens.any() || info.input_tokens.any() ||
+                      info.output_tokens.any();
+    if (seen) s.take_server_view(info, max_hold, ready);
+    if (refunded || seen) s.service(ready);  // one grant decision, with the server's view in
   }
   detail::limiter_state::run(ready);
 }
@@ -427,55 +470,68 @@ void RateLimiter::observe(const RateLimitInfo& info, std::chrono::nanoseconds ma
   detail::limiter_state::ready_list ready;
   {
     std::lock_guard lock(s.mu);
-    const auto now = steady::now();
-    const std::array<const RateLimitInfo::Bucket*, k_count> buckets = {
-        &info.requests, &info.tokens, &info.input_tokens, &info.output_tokens};
-    const bool per_minute = s.limits.period == std::chrono::minutes(1);
-    if (s.limits.adopt_server_limits) {
-      // The server's limits, up or down; a kind the config left at 0 gets a budget of its own,
-      // except a combined tokens one where the server states input and output limits apart:
-      // Anthropic's tokens headers show the most restrictive of those, not an input + output
-      // budget.
-      RateLimits adopted = s.limits;
-      const bool split = info.input_tokens.limit || info.output_tokens.limit;
-      for (std::size_t k = 0; k < k_count; ++k) {
-        const auto& b = *buckets[k];
-        if (!b.limit || *b.limit <= 0) continue;
-        if (k == k_tokens && split && s.limits.tokens == 0) continue;
-        // Providers state limits per minute; our budget counts per `period`.
-        // (capped at 2^50 before the conversion: a server's absurd limit must not overflow it)
-        limit_field(adopted, static_cast<kind>(k)) = std::max<std::int64_t>(
-            1, static_cast<std::int64_t>(std::min<long double>(
-                   static_cast<long double>(*b.limit) * s.limits.period.count() /
-                       std::chrono::nanoseconds(std::chrono::minutes(1)).count(),
-                   static_cast<long double>(max_rate_limit))));
-      }
-      if (limits_of(adopted) != limits_of(s.limits)) s.apply(adopted);
-    }
-    for (std::size_t k = 0; k < k_count; ++k) {
-      const auto i = s.index[k];
-      const auto& b = *buckets[k];
-      // Exhausted, budget or not: nothing more until the server's reset. A reset that is due
-      // now or past by our clock (Anthropic's whole-second resets, a clock ahead of the
-      // server's, OpenAI's "0s") still said 0 left: a short hold, after which the server's next
-      // answer tells, instead of calls straight into 429s.
-      const bool exhausted = b.remaining && *b.remaining == 0;
-      if (exhausted && max_hold.count() <= 0) continue;  // no holds: nor spent
-      if (exhausted && b.reset_after)
-        s.pause(std::min(b.reset_after->count() > 0 ? *b.reset_after
-                                                    : std::chrono::nanoseconds(past_reset_hold),
-                         max_hold));
-      if (i == detail::limiter_state::npos) continue;
-      // `remaining` counts the server's minute; it only compares with a per-minute budget. An
-      // exhausted bucket with a reset paused above; without one (missing, unreadable) the
-      // budget is spent instead, so its units come back within the minute.
-      if (b.remaining && (*b.remaining > 0 || !b.reset_after) && per_minute)
-        s.budgets.lower_remaining(i, *b.remaining, now);
-    }
+    s.take_server_view(info, max_hold, ready);
     s.service(ready);  // re-arm for what changed (a raised limit may grant at once)
   }
   detail::limiter_state::run(ready);
 }
+
+namespace detail {
+
+void limiter_state::take_server_view(const RateLimitInfo& info, std::chrono::nanoseconds max_hold,
+                                     ready_list& ready) {
+  const auto now = steady::now();
+  const std::array<const RateLimitInfo::Bucket*, k_count> buckets = {
+      &info.requests, &info.tokens, &info.input_tokens, &info.output_tokens};
+  const bool per_minute = limits.period == std::chrono::minutes(1);
+  if (limits.adopt_server_limits) {
+    // The server's limits, up or down; a kind the config left at 0 gets a budget of its own,
+    // except a combined tokens one where the server states input and output limits apart:
+    // Anthropic's tokens headers show the most restrictive of those, not an input + output
+    // budget.
+    RateLimits adopted = limits;
+    const bool split = info.input_tokens.limit || info.output_tokens.limit;
+    for (std::size_t k = 0; k < k_count; ++k) {
+      const auto& b = *buckets[k];
+      if (!b.limit || *b.limit <= 0) continue;
+      if (k == k_tokens && split && limits.tokens == 0) continue;
+      // Providers state limits per minute; our budget counts per `period`.
+      // (capped at 2^50 before the conversion: a server's absurd limit must not overflow it)
+      limit_field(adopted, static_cast<kind>(k)) = std::max<std::int64_t>(
+          1, static_cast<std::int64_t>(std::min<long double>(
+                 static_cast<long double>(*b.limit) * limits.period.count() /
+                     std::chrono::nanoseconds(std::chrono::minutes(1)).count(),
+                 static_cast<long double>(max_rate_limit))));
+    }
+    if (limits_of(adopted) != limits_of(limits)) {
+      apply(adopted);
+      fail_unfit(ready);
+    }
+  }
+  for (std::size_t k = 0; k < k_count; ++k) {
+    const auto i = index[k];
+    const auto& b = *buckets[k];
+    // Exhausted, budget or not: nothing more until the server's reset. A reset that is due
+    // now or past by our clock (Anthropic's whole-second resets, a clock ahead of the
+    // server's, OpenAI's "0s") still said 0 left: a short hold, after which the server's next
+    // answer tells, instead of calls straight into 429s.
+    const bool exhausted = b.remaining && *b.remaining == 0;
+    if (exhausted && max_hold.count() <= 0) continue;  // no holds: nor spent
+    if (exhausted && b.reset_after)
+      pause(std::min(b.reset_after->count() > 0
+                         ? *b.reset_after
+                         : std::chrono::nanoseconds(RateLimiter::past_reset_hold),
+                     max_hold));
+    if (i == npos) continue;
+    // `remaining` counts the server's minute; it only compares with a per-minute budget. An
+    // exhausted bucket with a reset paused above; without one (missing, unreadable) the
+    // budget is spent instead, so its units come back within the minute.
+    if (b.remaining && (*b.remaining > 0 || !b.reset_after) && per_minute)
+      budgets.lower_remaining(i, *b.remaining, now);
+  }
+}
+
+}  // namespace detail
 
 void RateLimiter::pause_for(std::chrono::nanoseconds d) {
   if (d.count() <= 0) return;
@@ -498,7 +554,8 @@ void RateLimiter::set_limits(RateLimits limits) {
   {
     std::lock_guard lock(s.mu);
     s.apply(limits);
-    s.service(ready);  // grants, or exceeds_rate_limit for waiters that can never fit now
+    s.fail_unfit(ready);  // exceeds_rate_limit for every waiter that can never fit now
+    s.service(ready);     // grants what fits
   }
   detail::limiter_state::run(ready);
 }

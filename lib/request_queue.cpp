@@ -1178,10 +1178,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // which would then call straight into the 429 (even when this request was resolved
     // meanwhile, the server's answer holds for the others).
     if (d.pause_all) lim.pause_for(std::min(d.pause, cfg_.retry.retry_after_limit()));
-    lim.reconcile(ticket, estimate, actual_cost(ec, resp, estimate));
-    // The server's view; an exhausted bucket holds every start no longer than a request would
-    // wait for its own retry (the next start asks the server again).
-    lim.observe(info, cfg_.retry.retry_after_limit());
+    // The refund and the server's view in one step: a refund alone could grant a waiter that
+    // the same answer's exhausted bucket holds. An exhausted bucket holds every start no longer
+    // than a request would wait for its own retry (the next start asks the server again).
+    lim.settle(ticket, estimate, actual_cost(ec, resp, estimate), info,
+               cfg_.retry.retry_after_limit());
     if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
     resp.attempts = op->attempts;

@@ -143,6 +143,12 @@ class RateLimiter {
   void observe(const RateLimitInfo& info,  // the same, already parsed
                std::chrono::nanoseconds max_hold = std::chrono::nanoseconds::max());
 
+  // reconcile() and observe(info, max_hold) in one step, for the end of a call: a refund
+  // cannot grant a waiter before the same answer's exhausted bucket pauses the limiter (that
+  // waiter would call straight into a 429).
+  void settle(Ticket ticket, RateCost estimate, RateCost actual, const RateLimitInfo& info,
+              std::chrono::nanoseconds max_hold = std::chrono::nanoseconds::max());
+
   // Holds every grant for `d` from now (a 429 / 503 / 529): one pause for all waiters. At most 24 h
   // (a longer `d` is taken as 24 h: a server's absurd reset must not stop a process for good).
   void pause_for(std::chrono::nanoseconds d);

@@ -601,6 +601,39 @@ TEST_CASE("SimulatedProvider refuses a bad config naming the field, and a latenc
   CHECK(provider.in_flight() == 0);
 }
 
+TEST_CASE("a refund does not start a waiter before the same answer's exhausted bucket has "
+          "paused the limiter",
+          "[queue][limits]") {
+  asio::io_context io;
+  std::vector<std::chrono::steady_clock::time_point> called;
+  laneq::SimulatedProvider provider(
+      {.latency_fn = [&](const laneq::Request&, auto&) {
+         called.push_back(std::chrono::steady_clock::now());
+         return std::chrono::nanoseconds(0);
+       },
+       .usage_fn = [](const laneq::Request&, auto&) {  // far below the estimate: a refund
+         return laneq::Usage{.input_tokens = 2, .output_tokens = 1};
+       }});
+  // The first answer: no requests left until the server's reset, 1 s away.
+  provider.script({.headers = {{"x-ratelimit-remaining-requests", "0"},
+                               {"x-ratelimit-reset-requests", "1s"}}});
+  // Each estimate is 101 tokens: the second waits for the first's refund.
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .rate_limits = {.tokens = 150}});
+  queue.start();
+  std::vector<std::error_code> outcomes;
+  const auto record = [&](std::error_code ec, laneq::Response) { outcomes.push_back(ec); };
+  run(io, [&]() -> asio::awaitable<void> {
+    queue.async_submit(chat("a", 100), {}, record);
+    queue.async_submit(chat("b", 100), {}, record);
+    co_await laneq::test::wait_until([&] { return outcomes.size() == 2; });
+    co_await queue.shutdown();
+  });
+  CHECK(outcomes == std::vector<std::error_code>{{}, {}});
+  REQUIRE(called.size() == 2);
+  CHECK(called[1] - called[0] >= 900ms);  // was ~0: granted by the refund, into a 429
+}
+
 TEST_CASE("a jitter source that throws or goes out of range does not stop the retry",
           "[queue][retry]") {
   asio::io_context io;
