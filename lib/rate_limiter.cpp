@@ -443,14 +443,15 @@ void RateLimiter::reconcile(Ticket ticket, RateCost estimate, RateCost actual) {
 
 void RateLimiter::settle(Ticket ticket, RateCost estimate, RateCost actual,
                          const RateLimitInfo& info, std::chrono::nanoseconds max_hold) {
+  const bool metered = ticket != 0 && ticket != unmetered_ticket;
+  const bool seen = info.requests.any() || info.tokens.any() || info.input_tokens.any() ||
+                    info.output_tokens.any();
+  if (!metered && !seen) return;  // no limits and no headers: no lock (the B1 path)
   auto& s = *state_;
   detail::limiter_state::ready_list ready;
   {
     std::lock_guard lock(s.mu);
-    const bool metered = ticket != 0 && ticket != unmetered_ticket;
     const bool refunded = metered && s.reconcile_costs(ticket, estimate, actual);
-    const bool seen = info.requests.any() || info.tokens.any() || info.input_tokens.any() ||
-                      info.output_tokens.any();
     if (seen) s.take_server_view(info, max_hold, ready);
     if (refunded || seen) s.service(ready);  // one grant decision, with the server's view in
   }
