@@ -592,8 +592,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                     "SubmitOptions::timeout must be > 0 (" + std::to_string(t->count()) +
                         " ms); leave it empty for the lane's, milliseconds::max() for none");
     // Nonsense said at once, not quietly read as something else (cost 0 as 1, a negative
-    // max_tokens as the provider's default).
-    if (!recovered && op->options.cost == 0)
+    // max_tokens as the provider's default). FairShare::tokens does not use the cost.
+    if (!recovered && op->options.cost == 0 && cfg_.fair_share == FairShare::requests)
       return reject(op, errc::bad_request, "SubmitOptions::cost must be >= 1 (got 0)");
     if (const auto m = op->request.max_tokens; !recovered && m < 0)
       return reject(op, errc::bad_request,

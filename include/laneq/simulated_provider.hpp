@@ -22,7 +22,8 @@ struct SimulatedProviderConfig {
   std::chrono::nanoseconds latency{0};       // fixed part, 0..100 years; 0 = next loop turn
   std::chrono::nanoseconds jitter{0};        // + uniform [0, jitter), 0..100 years
   // Overrides latency/jitter when set (e.g. per-model latency); called under a lock. A throw
-  // from it or from usage_fn fails that call with errc::internal (no HTTP status).
+  // from it or from usage_fn fails that call with errc::internal (no HTTP status); a scripted
+  // outcome then stays for the next call.
   std::function<std::chrono::nanoseconds(const Request&, std::mt19937_64&)> latency_fn{};
   std::int64_t output_tokens = 16;           // completion size, >= 0 (capped by max_tokens)
   // Overrides the usage reported on success (e.g. a random completion size); under a lock.

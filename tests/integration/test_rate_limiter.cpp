@@ -731,6 +731,26 @@ TEST_CASE("the server's lower remaining count is adopted, a higher one ignored",
   CHECK(blind.try_acquire({}) == 0);
 }
 
+TEST_CASE("an adopted lower limit fails every waiter that can never fit now, not only the head",
+          "[limiter][headers]") {
+  asio::io_context io;
+  RateLimiter lim(io.get_executor(), {.tokens = 100, .adopt_server_limits = true});
+  const auto t0 = Clock::now();
+  REQUIRE(lim.try_acquire(tokens(100)) != 0);
+  Outcome small, big;
+  lim.async_acquire(tokens(10), 0, record(small));  // the head
+  lim.async_acquire(tokens(80), 0, record(big));    // behind it
+  REQUIRE(lim.snapshot().waiting == 2);
+  lim.observe({{"x-ratelimit-limit-tokens", "50"}});  // per minute, as the period
+  CHECK(lim.snapshot().budgets.at(0).limit == 50);
+  CHECK(lim.snapshot().waiting == 1);
+  io.run_for(std::chrono::milliseconds(200));  // the 80's completion; the 10 waits a minute
+  CHECK(big.calls == 1);
+  CHECK(big.ec == errc::exceeds_rate_limit);
+  CHECK(ms(big.at - t0) < 30'000);
+  CHECK(small.calls == 0);
+}
+
 TEST_CASE("server limits are adopted only with adopt_server_limits, scaled to the period",
           "[limiter][headers]") {
   asio::io_context io;
