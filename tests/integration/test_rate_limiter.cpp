@@ -482,27 +482,6 @@ TEST_CASE("set_limits below a waiting head's cost fails that waiter, the others 
   CHECK(ms(small.at - t0) < 500 + 1000);
 }
 
-TEST_CASE("set_limits fails every waiter that can never fit now, not only the head",
-          "[limiter]") {
-  asio::io_context io;
-  RateLimiter lim(io.get_executor(), {.tokens = 100, .period = 500ms});
-  const auto t0 = Clock::now();
-  REQUIRE(lim.try_acquire(tokens(100)) != 0);
-  Outcome small, big;
-  lim.async_acquire(tokens(10), 0, record(small));  // the head
-  lim.async_acquire(tokens(80), 0, record(big));    // behind it
-  REQUIRE(lim.snapshot().waiting == 2);
-
-  lim.set_limits({.tokens = 50, .period = 500ms});
-  CHECK(lim.snapshot().waiting == 1);  // was 2: the 80 waited for its turn to fail
-  io.run();
-  CHECK(big.calls == 1);
-  CHECK(big.ec == errc::exceeds_rate_limit);
-  CHECK(ms(big.at - t0) < 400);  // failed by set_limits, not after the head's grant
-  CHECK(small.calls == 1);
-  CHECK_FALSE(small.ec);
-}
-
 TEST_CASE("invalid limits are rejected with invalid_config naming the field", "[limiter]") {
   asio::io_context io;
   CHECK_THROWS_WITH(RateLimiter(io.get_executor(), {.requests = -1}), Catch::Contains("requests"));
@@ -731,7 +710,8 @@ TEST_CASE("the server's lower remaining count is adopted, a higher one ignored",
   CHECK(blind.try_acquire({}) == 0);
 }
 
-TEST_CASE("an adopted lower limit fails every waiter that can never fit now, not only the head",
+TEST_CASE("new limits (set_limits, or adopted from the server) fail every waiter that can never "
+          "fit now, not only the head",
           "[limiter][headers]") {
   asio::io_context io;
   RateLimiter lim(io.get_executor(), {.tokens = 100, .adopt_server_limits = true});
@@ -741,13 +721,14 @@ TEST_CASE("an adopted lower limit fails every waiter that can never fit now, not
   lim.async_acquire(tokens(10), 0, record(small));  // the head
   lim.async_acquire(tokens(80), 0, record(big));    // behind it
   REQUIRE(lim.snapshot().waiting == 2);
-  lim.observe({{"x-ratelimit-limit-tokens", "50"}});  // per minute, as the period
+  SECTION("set_limits") { lim.set_limits({.tokens = 50, .adopt_server_limits = true}); }
+  SECTION("adopted") { lim.observe({{"x-ratelimit-limit-tokens", "50"}}); }  // per minute
   CHECK(lim.snapshot().budgets.at(0).limit == 50);
-  CHECK(lim.snapshot().waiting == 1);
+  CHECK(lim.snapshot().waiting == 1);  // was 2: the 80 waited for its turn to fail
   io.run_for(std::chrono::milliseconds(200));  // the 80's completion; the 10 waits a minute
   CHECK(big.calls == 1);
   CHECK(big.ec == errc::exceeds_rate_limit);
-  CHECK(ms(big.at - t0) < 30'000);
+  CHECK(ms(big.at - t0) < 30'000);  // not when its turn came, after the head's grant
   CHECK(small.calls == 0);
 }
 
