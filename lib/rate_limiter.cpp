@@ -431,14 +431,7 @@ bool RateLimiter::fits(RateCost cost) const {
 }
 
 void RateLimiter::reconcile(Ticket ticket, RateCost estimate, RateCost actual) {
-  if (ticket == 0 || ticket == unmetered_ticket) return;
-  auto& s = *state_;
-  detail::limiter_state::ready_list ready;
-  {
-    std::lock_guard lock(s.mu);
-    if (s.reconcile_costs(ticket, estimate, actual)) s.service(ready);  // the head may fit now
-  }
-  detail::limiter_state::run(ready);
+  settle(ticket, estimate, actual, RateLimitInfo{});  // grants only if something was refunded
 }
 
 void RateLimiter::settle(Ticket ticket, RateCost estimate, RateCost actual,
@@ -446,7 +439,7 @@ void RateLimiter::settle(Ticket ticket, RateCost estimate, RateCost actual,
   const bool metered = ticket != 0 && ticket != unmetered_ticket;
   const bool seen = info.requests.any() || info.tokens.any() || info.input_tokens.any() ||
                     info.output_tokens.any();
-  if (!metered && !seen) return;  // no limits and no headers: no lock (the B1 path)
+  if (!metered && !seen) return;  // nothing to reconcile nor to learn: no lock (the B1 path)
   auto& s = *state_;
   detail::limiter_state::ready_list ready;
   {
@@ -464,17 +457,8 @@ void RateLimiter::observe(const Headers& headers) {
 }
 
 void RateLimiter::observe(const RateLimitInfo& info, std::chrono::nanoseconds max_hold) {
-  if (!info.requests.any() && !info.tokens.any() && !info.input_tokens.any() &&
-      !info.output_tokens.any())
-    return;  // nothing about budgets (retry-after alone is the retry policy's)
-  auto& s = *state_;
-  detail::limiter_state::ready_list ready;
-  {
-    std::lock_guard lock(s.mu);
-    s.take_server_view(info, max_hold, ready);
-    s.service(ready);  // re-arm for what changed (a raised limit may grant at once)
-  }
-  detail::limiter_state::run(ready);
+  // Nothing about budgets in `info` (retry-after alone is the retry policy's): nothing to do.
+  settle(0, {}, {}, info, max_hold);
 }
 
 namespace detail {
