@@ -46,10 +46,6 @@ int usual_status(std::error_code ec) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 void validate(const SimulatedProviderConfig& c) {
   const auto bad = [](const std::string& what) {
     throw std::system_error(make_error_code(errc::invalid_config),

@@ -1,8 +1,9 @@
 #pragma once
 // A guard for JSON text from outside (a provider's reply, a batch file's line) before it is
-// parsed, and for a value a caller parsed (Request::extra). nlohmann::json parses and destroys without recursion, but copies and dumps with it:
-// a value nested 200,000 deep (400 KB of brackets) would overflow the stack the first time it
-// is copied, and end the process. No API nests anywhere near the limit.
+// parsed, and for a value a caller parsed (Request::extra). nlohmann::json parses and destroys
+// without recursion, but copies and dumps with it: a value nested 200,000 deep (400 KB of
+// brackets) would overflow the stack the first time it is copied, and end the process. No API
+// nests anywhere near the limit.
 #include <cstddef>
 #include <string_view>
 #include <utility>
