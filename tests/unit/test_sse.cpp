@@ -189,7 +189,8 @@ TEST_CASE("the last event id persists across events - an id with NUL is ignored"
   CHECK(got[0].id == "7");
   CHECK(got[1].id == "7");
   CHECK(got[2].id.empty());
-  const std::vector<Ev> nul = parse("id: 1\ndata: a\n\n"s + "id: 2\0x\ndata: b\n\n"s);
+  // One literal: GCC 12 at -O1 warns falsely (-Warray-bounds) on the sum of two std::strings.
+  const std::vector<Ev> nul = parse("id: 1\ndata: a\n\nid: 2\0x\ndata: b\n\n"s);
   REQUIRE(nul.size() == 2);
   CHECK(nul[1].id == "1");
   // An id in an event that is not dispatched still counts for the next one.
