@@ -443,6 +443,49 @@ TEST_CASE("a resume refuses an output file it cannot trust, and cuts only a torn
   CHECK(r.err.find("from another run") != std::string::npos);
 }
 
+TEST_CASE("a resume with a new journal refuses failure lines of calls another run made, and "
+          "keeps none of them unsent", "[cli][journal]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(2));
+  // No journal, a port nothing listens on: both lines fail with network, after a call.
+  auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--base-url",
+                    "http://127.0.0.1:9", "--max-attempts", "1", "--progress", "none"},
+                   mock_env);
+  REQUIRE(r.code == 1);
+  const auto failed = read_output(dir.file("out.jsonl"));
+  REQUIRE(failed.size() == 2);
+  CHECK(failed[0]["error"]["code"] == "network");
+  // The same output with a fresh journal: not "2 done in an earlier run, 0 to run".
+  MockProcess mock({"--latency-ms", "1"});
+  r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--base-url",
+               mock.url(), "--journal", dir.file("new.db"), "--progress", "none"},
+              mock_env);
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("from another run"));
+  CHECK(read_output(dir.file("out.jsonl")).size() == 2);  // left as it was
+  CHECK(mock.stats()["requests"] == 0);
+}
+
+TEST_CASE("a SIGINT the process was started with ignored stays ignored for the whole run",
+          "[cli]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(4));
+  // `laneq run ... &` from a script: the shell starts it with SIGINT ignored.
+  ChildProcess p("/bin/sh",
+                 {"-c", "trap '' INT; exec \"$0\" \"$@\"", LANEQ_CLI_EXE, "run",
+                  dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--mock",
+                  "--mock-latency-ms", "300", "--workers", "1", "--progress", "plain",
+                  "--progress-interval", "0.05"},
+                 clean_env);
+  REQUIRE(wait_done(p, 1));
+  p.signal(SIGINT);  // a Ctrl-C meant for the foreground job
+  const std::string err = p.read_stderr(false, 60s);
+  CHECK(p.exit_code(10s) == 0);
+  CHECK(err.find("stopping") == std::string::npos);
+  CHECK(read_output(dir.file("out.jsonl")).size() == 4);
+}
+
 TEST_CASE("with a journal, running the same command again sends nothing twice", "[cli][journal]") {
   TempDir dir;
   MockProcess mock({"--latency-ms", "1"});

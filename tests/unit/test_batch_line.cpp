@@ -168,6 +168,45 @@ TEST_CASE("a resume reads back custom_ids, bad line numbers and torn lines", "[c
   CHECK_FALSE(laneq::cli::read_output_line(whole.substr(0, whole.size() / 2)).complete);
 }
 
+TEST_CASE("a resume tells failures of a call from failures refused before one", "[cli]") {
+  using laneq::errc;
+  const auto called = [](errc e, int status = 0) {
+    laneq::Response r;
+    r.status = status;
+    return laneq::cli::read_output_line(laneq::cli::result_line("a", make_error_code(e), r))
+        .called;
+  };
+  CHECK(called(errc::network));  // no answer, but only a call gives it
+  CHECK(called(errc::rate_limited, 429));
+  CHECK(called(errc::overloaded));
+  CHECK(called(errc::bad_request, 400));  // the provider answered
+  CHECK(called(errc::interrupted_too_often));
+  CHECK_FALSE(called(errc::bad_request));  // refused at submit
+  CHECK_FALSE(called(errc::exceeds_rate_limit));
+  CHECK_FALSE(called(errc::queue_full));
+  CHECK_FALSE(called(errc::journal));
+  const BadLine b{12, "x", "invalid_json", "line 12: not valid JSON"};
+  CHECK_FALSE(laneq::cli::read_output_line(laneq::cli::bad_line_output(b)).called);
+}
+
+TEST_CASE("a message field a Request cannot carry is a bad line, not dropped", "[cli]") {
+  for (const char* field : {R"("name":"alice")", R"("tool_call_id":"call_1")",
+                            R"("tool_calls":[])"}) {
+    const auto b = bad(std::string(R"({"custom_id":"x","url":"/v1/chat/completions","body":{
+      "model":"m","messages":[{"role":"tool","content":"42",)") + field + "}]}}");
+    CHECK(b.code == "unsupported_content");
+    CHECK(b.message.find(std::string(field).substr(1, std::string(field).find('"', 1) - 1)) !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("a priority above INT64_MAX is named as written, not wrapped", "[cli]") {
+  const auto b = bad(R"({"custom_id":"x","url":"/v1/chat/completions",
+    "priority":18446744073709551615,"body":{"model":"m","messages":[{"role":"user","content":"x"}]}})");
+  CHECK(b.code == "unknown_priority");
+  CHECK_THAT(b.message, Catch::Contains("18446744073709551615"));
+}
+
 TEST_CASE("a line nested deeper than 256 levels is a bad line, not a crash", "[cli]") {
   // Its body's fields are copied into the Request: at 200,000 levels the copy overflowed the
   // stack and ended the run.

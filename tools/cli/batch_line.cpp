@@ -1,6 +1,9 @@
 #include "cli/batch_line.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +25,11 @@ struct bad_line_error {
 
 [[noreturn]] void bad(std::string code, std::string message) {
   throw bad_line_error{std::move(code), std::move(message)};
+}
+
+std::string snippet(std::string_view text) {
+  constexpr std::size_t max = 80;
+  return text.size() <= max ? std::string(text) : std::string(text.substr(0, max)) + "...";
 }
 
 // "content": a string, or an array of parts of which only text parts are supported.
@@ -47,10 +55,13 @@ int lane_priority(const json& p, const std::vector<LaneName>& lanes) {
     bad("unknown_priority", "\"priority\": \"" + p.get<std::string>() + "\" is not a lane (" + known + ")");
   }
   if (p.is_number_integer()) {
-    const auto v = p.get<std::int64_t>();
-    for (const auto& l : lanes)
-      if (l.priority == v) return l.priority;
-    bad("unknown_priority", "\"priority\": " + std::to_string(v) + " is not a lane's priority");
+    // An unsigned value above INT64_MAX is no lane (read as int64_t it would wrap).
+    if (!p.is_number_unsigned() || p.get<std::uint64_t>() <= INT64_MAX) {
+      const auto v = p.get<std::int64_t>();
+      for (const auto& l : lanes)
+        if (l.priority == v) return l.priority;
+    }
+    bad("unknown_priority", "\"priority\": " + p.dump() + " is not a lane's priority");
   }
   bad("unknown_priority", "\"priority\" must be a lane name or number");
 }
@@ -70,6 +81,12 @@ Request build_request(const json& body, std::string_view url) {
       for (const json& m : value) {
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content"))
           bad("invalid_body", "each of body.messages needs a \"role\" and a \"content\"");
+        // A laneq::Message has nothing else: a tool message's tool_call_id (or a name) left
+        // out would change the request without a word.
+        for (const auto& [field, v] : m.items())
+          if (field != "role" && field != "content")
+            bad("unsupported_content", "body.messages: \"" + snippet(field) +
+                                           "\" is not supported (only \"role\" and \"content\")");
         req.messages.push_back({m["role"].get<std::string>(), content_text(m["content"], "message content")});
       }
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
@@ -91,11 +108,6 @@ Request build_request(const json& body, std::string_view url) {
   if (req.messages.empty()) bad("invalid_body", "body.messages is missing");
   if (!extra.empty()) req.extra = std::move(extra);
   return req;
-}
-
-std::string snippet(std::string_view text) {
-  constexpr std::size_t max = 80;
-  return text.size() <= max ? std::string(text) : std::string(text.substr(0, max)) + "...";
 }
 
 }  // namespace
@@ -192,6 +204,20 @@ OutputLineKey read_output_line(std::string_view text) {
   }
   key.complete = true;
   key.succeeded = key.bad_line_no == 0 && doc.contains("error") && doc["error"].is_null();
+  if (key.bad_line_no == 0 && !key.succeeded) {
+    static constexpr std::string_view after_a_call[] = {
+        "rate_limited", "overloaded",         "auth",    "request_too_large",    "quota_exceeded",
+        "server_error", "malformed_response", "network", "interrupted_too_often"};
+    const auto response = doc.find("response");
+    const auto error = doc.find("error");
+    const json* code = error != doc.end() && error->is_object() && error->contains("code")
+                           ? &(*error)["code"]
+                           : nullptr;
+    key.called = (response != doc.end() && response->is_object()) ||
+                 (code && code->is_string() &&
+                  std::find(std::begin(after_a_call), std::end(after_a_call),
+                            code->get_ref<const std::string&>()) != std::end(after_a_call));
+  }
   return key;
 }
 

@@ -60,6 +60,9 @@ struct OutputLineKey {
   std::string custom_id;
   std::size_t bad_line_no = 0;  // > 0: the output of a bad input line
   bool succeeded = false;
+  // A failure only a call to the provider gives (a response, or a code such as network or
+  // rate_limited), as opposed to one refused before it ran (exceeds_rate_limit, ...).
+  bool called = false;
 };
 OutputLineKey read_output_line(std::string_view text);
 

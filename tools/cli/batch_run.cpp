@@ -1,6 +1,7 @@
 #include "cli/batch_run.hpp"
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,6 +58,9 @@ void quit_on_signals_during_setup() {
     setup_handler_installed[i] = ::sigaction(setup_signals[i], &sa, nullptr) == 0;
   }
 }
+
+// The signals the run itself stops on: those the process was not started with ignored.
+bool ignored_at_start(int i) { return actions_before_setup[i].sa_handler == SIG_IGN; }
 
 // A set-up step failed: while what was set up is torn down and the error is reported, a
 // signal must not say "interrupted" instead of the error.
@@ -125,6 +129,7 @@ std::vector<std::variant<BatchLine, BadLine>> read_input(const std::string& path
 // What an earlier run left in the output file, read without changing it.
 struct EarlierOutput {
   std::unordered_map<std::string, bool> results;  // custom_id -> succeeded
+  std::unordered_set<std::string> called;         // custom_ids whose result came from a call
   std::unordered_set<std::size_t> bad_lines;      // input line numbers
   std::uintmax_t whole_bytes = 0;                 // the whole lines, from the start
   bool torn = false;                              // half a line follows them (a crash mid-write)
@@ -144,6 +149,7 @@ EarlierOutput read_earlier_output(const std::string& path) {
                         "remove it, or choose another --out"};
     if (key.bad_line_no > 0) out.bad_lines.insert(key.bad_line_no);
     else out.results[key.custom_id] = key.succeeded;
+    if (key.succeeded || key.called) out.called.insert(key.custom_id);
     out.whole_bytes += text.size() + 1;
   }
   in.close();
@@ -275,11 +281,14 @@ class BatchRun {
       submit_all();
     });
 
-    asio::signal_set signals = setup_step("cannot watch for SIGINT and SIGTERM", [&] {
-      return asio::signal_set(io, SIGINT, SIGTERM);
+    asio::signal_set signals(io);  // Asio 1.22's signal_set cannot be moved out of a step
+    setup_step("cannot watch for SIGINT and SIGTERM", [&] {
+      for (int i = 0; i < 2; ++i)
+        if (!ignored_at_start(i)) signals.add(setup_signals[i]);
     });
     signals.async_wait([&](std::error_code ec, int) {
-      if (ec) return;
+      // A signal whose handler was queued before stopped() cancelled the wait: the run is over.
+      if (ec || stopped_) return;
       signals.async_wait([](std::error_code e, int) {
         if (!e) ::_exit(130);  // the journal's committed state is safe as it is
       });
@@ -313,13 +322,14 @@ class BatchRun {
       earlier_ = read_earlier_output(o_.output);
       // Outcomes the journal committed but the output missed (a crash between the two).
       auto finished = list_rows(JournalStateSet::finished());
-      // A success the journal never finished is not from this journal's run: trusting it would
-      // skip its line, running it again would write its custom_id twice. (A failure may be one
-      // refused before it was journaled, e.g. exceeds_rate_limit: it stays as it is.)
+      // A result of a call (a success, or a failure such as network) that the journal never
+      // finished is not from this journal's run: trusting it would skip its line, running it
+      // again would write its custom_id twice. (Other failures may be refused before they were
+      // journaled, e.g. exceeds_rate_limit: they stay as they are.)
       std::unordered_set<std::string> known;
       for (const auto& rec : finished) known.insert(rec.id);
-      for (const auto& [id, ok] : earlier_.results)
-        if (ok && !known.contains(id))
+      for (const auto& id : earlier_.called)
+        if (!known.contains(id))
           throw setup_error{o_.output + " holds a result for \"" + id + "\" that the journal " +
                             o_.journal + " does not: it is from another run; choose another " +
                             "--out, or the journal that run used"};
@@ -399,6 +409,15 @@ class BatchRun {
     return 0;  // parse_batch_line only accepts configured lanes
   }
 
+  // Where the provider sends the calls: with no --base-url, its environment variable's URL
+  // (as the provider reads it) or its default.
+  std::string shown_url(const std::string& base_url) const {
+    if (!base_url.empty()) return base_url;
+    const char* env = o_.provider == "anthropic" ? "ANTHROPIC_BASE_URL" : "OPENAI_BASE_URL";
+    if (const char* v = std::getenv(env); v && *v) return std::string(v) + " ($" + env + ")";
+    return "its default URL";
+  }
+
   void print_start(const std::string& base_url) {
     std::string limits;
     if (o_.rpm > 0) limits += std::to_string(o_.rpm) + " requests/min";
@@ -410,7 +429,7 @@ class BatchRun {
                  "laneq: %s at %s, %lld workers, rate limits: %s%s%s\n",
                  items_.size(), o_.input.c_str(), bad_, earlier_count_,
                  to_submit_.size() + recovered_count_,
-                 o_.provider.c_str(), base_url.empty() ? "its default URL" : base_url.c_str(),
+                 o_.provider.c_str(), shown_url(base_url).c_str(),
                  static_cast<long long>(o_.workers), limits.c_str(),
                  o_.fair_by_tokens ? ", clients share tokens" : "",
                  o_.journal.empty() ? "" : (", journal " + o_.journal).c_str());
@@ -505,7 +524,9 @@ class BatchRun {
     show_progress(false);
     ticker_->expires_after(tty() ? std::chrono::milliseconds(200) : o_.progress_interval);
     ticker_->async_wait([this](std::error_code ec) {
-      if (!ec) tick();
+      // stopped() cannot cancel a wait whose handler is already queued: without the check, the
+      // ticker would re-arm for ever and io.run() never return.
+      if (!ec && !stopped_) tick();
     });
   }
 
@@ -530,8 +551,14 @@ class BatchRun {
     std::fflush(stderr);
   }
 
+  // The terminal's own width (shells rarely export COLUMNS): a bar wider than the terminal
+  // wraps, and each redraw then clears only its last row.
   static std::size_t terminal_width() {
-    if (const char* c = std::getenv("COLUMNS")) return std::max(40, std::atoi(c));
+    if (const char* c = std::getenv("COLUMNS"); c && std::atoi(c) > 0)
+      return std::max(40, std::atoi(c));
+    winsize ws{};
+    if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+      return std::max<std::size_t>(40, ws.ws_col);
     return 120;
   }
 
