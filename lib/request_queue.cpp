@@ -446,6 +446,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
         if (e.ec) {
           // Not committed (e.g. a full disk): the row is still open and runs again after a
           // restart. The caller gets the result with that said, not a promise the journal broke.
+          // Pending, not in flight: no run ended during its call, so the next one must not count
+          // it as interrupted (max_interrupted_runs would give it up for a full disk).
+          journal_->release(d.row);
           std::string why = "the outcome (" + (d.ec ? error_name(d.ec) : std::string("succeeded")) +
                             ") could not be committed to the journal; the request may run "
                             "again after a restart";

@@ -153,6 +153,7 @@ struct FinishOp {
 };
 struct FlushOp {
   Journal::DoneHandler done;
+  std::error_code ec{};  // a write queued before it (since the previous flush) failed
 };
 struct LookupOp {
   std::string id;
@@ -167,6 +168,11 @@ struct ListOp {
   std::vector<JournalRecord> result{};
 };
 using Op = std::variant<AppendOp, InFlightOp, ReleaseOp, FinishOp, FlushOp, LookupOp, ListOp>;
+
+bool is_write(const Op& op) {
+  return !std::holds_alternative<FlushOp>(op) && !std::holds_alternative<LookupOp>(op) &&
+         !std::holds_alternative<ListOp>(op);
+}
 
 // Counts of one batch, added to the stats once it committed.
 struct BatchCounts {
@@ -205,7 +211,9 @@ struct Journal::Impl {
   void execute(InFlightOp& o, BatchCounts& n);
   void execute(ReleaseOp& o, BatchCounts& n);
   void execute(FinishOp& o, BatchCounts& n);
-  void execute(FlushOp&, BatchCounts&) {}
+  void execute(FlushOp& o, BatchCounts&) {
+    if (std::exchange(writes_lost, false)) o.ec = make_error_code(errc::journal);
+  }
   void execute(LookupOp& o, BatchCounts& n);
   void execute(ListOp& o, BatchCounts& n);
 
@@ -245,6 +253,9 @@ struct Journal::Impl {
   std::string sql_error;              // SQLite's message for the latest failed step
   std::string op_error;               // this batch's latest failed operation
   std::uint64_t finished_since_pass = 0;
+  // A write queued since the last flush was not committed: that flush's done() says so (it
+  // promises that everything queued before it is committed).
+  bool writes_lost = false;
   std::int64_t finished_rows = 0;     // finished rows in the file (keep_last)
   steady::time_point last_pass{};
 };
@@ -593,8 +604,10 @@ void Journal::Impl::run_batch(std::span<Op> batch, bool retention_due) {
   std::string failure;  // non-empty: the transaction failed, every op of the batch fails
   if (step_once(st.begin) != SQLITE_DONE) failure = "BEGIN: " + sql_error;
   for (std::size_t i = 0; failure.empty() && i < batch.size(); ++i) {
+    const auto errors_before = n.write_errors;
     std::visit([&](auto& op) { execute(op, n); }, batch[i]);
     if (transaction_lost()) failure = "transaction rolled back: " + op_error;
+    if (n.write_errors != errors_before && is_write(batch[i])) writes_lost = true;
   }
   retention_due = retention_due || finished_since_pass + n.finished >= retention_every;
   if (retention_due) last_pass = t0;  // also after a failure: no retry loop
@@ -605,6 +618,12 @@ void Journal::Impl::run_batch(std::span<Op> batch, bool retention_due) {
   const auto elapsed = steady::now() - t0;
 
   const bool ok = failure.empty();
+  // A failed batch's flushes fail with it; its writes after the last of them are lost too,
+  // which the next flush must say.
+  for (auto it = batch.rbegin(); !ok && it != batch.rend(); ++it) {
+    if (std::holds_alternative<FlushOp>(*it)) break;
+    if (is_write(*it)) writes_lost = true;
+  }
   if (ok) {
     finished_rows += static_cast<std::int64_t>(n.finished) -
                      static_cast<std::int64_t>(n.retention_deleted);
@@ -644,7 +663,7 @@ void Journal::Impl::run_batch(std::span<Op> batch, bool retention_due) {
           } else if constexpr (std::is_same_v<T, FinishOp>) {
             if (o.done) o.done(ok ? o.ec : failed);
           } else if constexpr (std::is_same_v<T, FlushOp>) {
-            if (o.done) o.done(failed);
+            if (o.done) o.done(ok ? o.ec : failed);
           } else if constexpr (std::is_same_v<T, LookupOp> || std::is_same_v<T, ListOp>) {
             if (!ok) o.result = {};
             if (o.done) o.done(ok ? o.ec : failed, std::move(o.result));

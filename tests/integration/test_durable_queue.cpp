@@ -1020,6 +1020,10 @@ TEST_CASE("a durable outcome the journal cannot commit reaches its caller as err
   }
   laneq::test::sql(path, "DROP TRIGGER refuse;");
   DurableRun next({.workers = 1, .journal = {.path = path}});
+  // Released, not left in flight: no run ended during its call, so none counts as interrupted
+  // (max_interrupted_runs would give it up after a few runs of a full disk).
+  CHECK(next.queue.journal()->stats().recovered_in_flight == 0);
+  CHECK(next.row("d1")->interrupted == 0);
   next.drain();
   CHECK(next.provider.seen() == ids{"d1"});  // at least once
   CHECK(next.reports.only("d1").ec == std::error_code{});

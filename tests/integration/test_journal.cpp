@@ -634,6 +634,22 @@ TEST_CASE("flush completes after everything queued before it, in call order", "[
                                           "append b", "flush 2"});
 }
 
+TEST_CASE("flush reports a write queued before it that was not committed, once", "[journal]") {
+  TempDir dir;
+  auto j = Journal::open({dir.file("j.db")});
+  const auto row = append_ok(*j, make_record("a"));
+  CHECK_FALSE(flush_wait(*j));
+  // mark_in_flight and release have no completion: only a flush can say they failed
+  j->mark_in_flight(row + 1000, 1, at_ms(t0_ms), 1);  // no such row
+  CHECK(flush_wait(*j) == errc::journal);
+  CHECK_FALSE(flush_wait(*j));  // nothing failed since the last flush
+  // the same when the failed write is in an earlier transaction than the flush
+  auto small = Journal::open({.path = dir.file("k.db"), .max_batch = 1});
+  small->mark_in_flight(1000, 1, at_ms(t0_ms), 1);
+  CHECK(flush_wait(*small) == errc::journal);
+  CHECK_FALSE(flush_wait(*small));
+}
+
 TEST_CASE("the destructor commits queued work and runs every completion", "[journal]") {
   TempDir dir;
   const auto path = dir.file("j.db");

@@ -139,7 +139,8 @@ class Journal {
   // before finish returns. done(ec) after its commit; ec = journal if the row is not open.
   void finish(std::int64_t row, JournalState state, std::uint32_t attempts, std::error_code error,
               std::string error_message, const Response* response, DoneHandler done);
-  // done(ec) once everything queued before it is committed.
+  // done(ec) once everything queued before it is committed; ec = errc::journal if a write
+  // queued since the previous flush (any transaction) was not.
   void flush(DoneHandler done);
   // The row with this id (nullopt if none), as of everything queued before the call.
   void lookup(std::string id, LookupHandler done);
