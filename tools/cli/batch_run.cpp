@@ -281,11 +281,13 @@ class BatchRun {
       submit_all();
     });
 
-    asio::signal_set signals(io);  // Asio 1.22's signal_set cannot be moved out of a step
+    std::optional<asio::signal_set> watched;  // (Asio 1.22's signal_set cannot be moved)
     setup_step("cannot watch for SIGINT and SIGTERM", [&] {
+      watched.emplace(io);  // its service's first use opens a pipe: may fail
       for (int i = 0; i < 2; ++i)
-        if (!ignored_at_start(i)) signals.add(setup_signals[i]);
+        if (!ignored_at_start(i)) watched->add(setup_signals[i]);
     });
+    asio::signal_set& signals = *watched;
     signals.async_wait([&](std::error_code ec, int) {
       // A signal whose handler was queued before stopped() cancelled the wait: the run is over.
       if (ec || stopped_) return;
