@@ -33,6 +33,11 @@ std::int64_t to_ms(sys_clock::time_point t) noexcept {
   return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 sys_clock::time_point from_ms(std::int64_t ms) noexcept {
+  // to_ms floors: time_point::min() is stored one millisecond beyond what reads back.
+  constexpr std::int64_t lim =
+      std::chrono::duration_cast<std::chrono::milliseconds>(sys_clock::duration::max()).count();
+  if (ms > lim) return sys_clock::time_point::max();
+  if (ms < -lim) return sys_clock::time_point::min();
   return sys_clock::time_point(
       std::chrono::duration_cast<sys_clock::duration>(std::chrono::milliseconds(ms)));
 }
@@ -427,7 +432,8 @@ void Journal::Impl::open() {
 
 int Journal::Impl::step_once(Stmt& s) {
   const int rc = s.step();
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW) sql_error = db.errmsg();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    sql_error = s.bind_error() ? sqlite3_errstr(rc) : db.errmsg();  // the connection's is stale
   s.reset();
   return rc;
 }

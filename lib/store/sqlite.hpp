@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,12 +51,17 @@ class Stmt {
                               persistent ? SQLITE_PREPARE_PERSISTENT : 0, &s_, nullptr);
   }
 
-  // Binds are 1-based, as in SQL.
-  void bind(int i, std::int64_t v) noexcept { sqlite3_bind_int64(s_, i, v); }
+  // Binds are 1-based, as in SQL. A bind that fails (a text above SQLite's length limit) would
+  // leave its parameter NULL, which INSERT OR IGNORE reads as a duplicate and a nullable column
+  // stores: the next step() fails with its code instead.
+  void bind(int i, std::int64_t v) noexcept { note(sqlite3_bind_int64(s_, i, v)); }
   void bind(int i, std::string_view v) noexcept {  // never NULL: "" stays ""
-    sqlite3_bind_text(s_, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_STATIC);
+    if (v.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+      return note(SQLITE_TOOBIG);  // an int length would wrap (a prefix would be stored)
+    note(sqlite3_bind_text(s_, i, v.data() ? v.data() : "", static_cast<int>(v.size()),
+                           SQLITE_STATIC));
   }
-  void bind_null(int i) noexcept { sqlite3_bind_null(s_, i); }
+  void bind_null(int i) noexcept { note(sqlite3_bind_null(s_, i)); }
   void bind(int i, const std::optional<std::int64_t>& v) noexcept {
     if (v)
       bind(i, *v);
@@ -63,9 +69,14 @@ class Stmt {
       bind_null(i);
   }
 
-  int step() noexcept { return sqlite3_step(s_); }
+  int step() noexcept { return bind_rc_ != SQLITE_OK ? bind_rc_ : sqlite3_step(s_); }
+  // The failed bind step() reported, or 0.
+  int bind_error() const noexcept { return bind_rc_; }
   // Ends a run: resets the statement so it can run again and releases its read of the table.
-  void reset() noexcept { sqlite3_reset(s_); }
+  void reset() noexcept {
+    sqlite3_reset(s_);
+    bind_rc_ = SQLITE_OK;
+  }
 
   // Columns are 0-based, as in the C API.
   std::int64_t int64(int c) const noexcept { return sqlite3_column_int64(s_, c); }
@@ -82,7 +93,11 @@ class Stmt {
   }
 
  private:
+  void note(int rc) noexcept {
+    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+  }
   sqlite3_stmt* s_ = nullptr;
+  int bind_rc_ = SQLITE_OK;
 };
 
 }  // namespace laneq::store::sqlite

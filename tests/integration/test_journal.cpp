@@ -31,6 +31,7 @@
 #include "laneq/laneq.hpp"
 #include "store/record_json.hpp"
 #include "store/schema.hpp"
+#include "store/sqlite.hpp"
 #include "support/child_guard.hpp"
 #include "support/journal_wait.hpp"
 #include "support/raw_sql.hpp"
@@ -1016,6 +1017,51 @@ TEST_CASE("a failed commit fails its whole batch once and the journal keeps work
   CHECK_THAT(out, Catch::Contains(path));
   // the append acknowledged after the cap was lifted is in the file
   CHECK(lookup_wait(*Journal::open({path}), "after"));
+}
+
+TEST_CASE("a text SQLite refuses to bind fails the statement instead of storing NULL",
+          "[journal][errors]") {
+  namespace sq = laneq::store::sqlite;
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(":memory:", &raw) == SQLITE_OK);
+  sq::Db db(raw);
+  REQUIRE(db.exec("CREATE TABLE t (id TEXT UNIQUE, body TEXT NOT NULL)") == SQLITE_OK);
+  sqlite3_limit(db.get(), SQLITE_LIMIT_LENGTH, 100);  // as a value above 1e9 bytes would be
+  sq::Stmt insert;
+  REQUIRE(insert.prepare(db.get(), "INSERT OR IGNORE INTO t VALUES (?1, ?2)", false) == SQLITE_OK);
+  insert.bind(1, std::string_view("a"));
+  const std::string big(200, 'x');
+  insert.bind(2, big);  // NULL, which OR IGNORE would skip as a duplicate
+  CHECK(insert.step() == SQLITE_TOOBIG);
+  insert.reset();
+  insert.bind(1, std::string_view("a"));  // the statement works again after the failure
+  insert.bind(2, std::string_view("short"));
+  CHECK(insert.step() == SQLITE_DONE);
+  insert.reset();
+  CHECK(sqlite3_changes(db.get()) == 1);
+}
+
+TEST_CASE("the extreme time points read back as themselves, without overflow", "[journal]") {
+  TempDir dir;
+  auto j = Journal::open({dir.file("j.db")});
+  using sys = std::chrono::system_clock;
+  auto lo = make_record("lo");
+  lo.enqueued_at = sys::time_point::min();  // stored floored: a millisecond below what reads back
+  lo.deadline = sys::time_point::min();
+  auto hi = make_record("hi");
+  hi.enqueued_at = sys::time_point::max();
+  hi.deadline = sys::time_point::max();
+  append_ok(*j, lo);
+  append_ok(*j, hi);
+  const auto a = lookup_wait(*j, "lo");
+  const auto b = lookup_wait(*j, "hi");
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->enqueued_at == sys::time_point::min());
+  CHECK(a->deadline == sys::time_point::min());
+  // max() is not a whole millisecond: it reads back as its last whole one
+  CHECK(b->enqueued_at <= sys::time_point::max());
+  CHECK(b->enqueued_at > sys::time_point::max() - 1ms);
 }
 
 TEST_CASE("requests and responses round-trip through their stored JSON", "[journal][json]") {
