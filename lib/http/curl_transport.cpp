@@ -27,11 +27,17 @@
 
 #include "laneq/error.hpp"
 #include "../ascii_case.hpp"
+#include "header_syntax.hpp"
 
 namespace laneq {
 namespace detail {
 
 namespace {
+
+// One response's header block, at most (a hostile server's endless header lines). Below
+// curl's own bound (300 KB in 8.3, backported to Debian's 7.88, which fails the transfer as a
+// receive error, retried as network): a response this broken is malformed, whatever the curl.
+constexpr std::size_t max_header_bytes = std::size_t{256} << 10;
 
 void global_init() {
   static std::once_flag once;
@@ -62,7 +68,12 @@ void validate(const CurlTransportConfig& c) {
   if (!c.ca_file.empty()) {
     std::FILE* f = std::fopen(c.ca_file.c_str(), "rb");
     if (f == nullptr) bad("ca_file \"" + c.ca_file + "\" cannot be read: " + std::strerror(errno));
+    // A directory opens for reading too (and an empty file holds no certificate).
+    struct stat st {};
+    const bool file = ::fstat(::fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
     std::fclose(f);
+    if (!file)
+      bad("ca_file \"" + c.ca_file + "\" is not a file of certificates (a directory, or empty)");
   }
 }
 
@@ -99,6 +110,8 @@ struct curl_transfer {
   int current_status = 0;  // of the header block being read (1xx / redirects come first)
   std::size_t max_body = 0;  // CurlTransportConfig::max_response_bytes
   bool too_large = false;    // the body passed max_body: aborted
+  std::size_t header_bytes = 0;  // of the header block being read
+  std::string aborted_why;       // a header or write callback aborted the transfer: why
   Transport::executor_type caller;  // work-tracked: the caller's context stays busy
   asio::cancellation_slot slot;
   HttpCompletion done;
@@ -179,7 +192,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
 
   void add(std::unique_ptr<curl_transfer> t) {
     if (!multi_) return complete_destroyed(std::move(t));  // started just before shutdown()
-    if (!setup(*t)) return complete(std::move(t), make_error_code(errc::network));
+    if (const auto ec = setup(*t)) return complete(std::move(t), ec);
     const auto id = t->id;
     curl_transfer& ref = *t;
     transfers_.emplace(id, std::move(t));
@@ -191,12 +204,22 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     }
   }
 
-  bool setup(curl_transfer& t) {
+  std::error_code setup(curl_transfer& t) {
     t.max_body = cfg_.max_response_bytes;
+    for (const auto& [name, value] : t.request.headers) {
+      // Passed to curl as lines: a line end in a value would add a header (or a request) of
+      // its own, a NUL would cut it short.
+      if (!detail::is_header_name(name) || !detail::is_header_value(value)) {
+        t.response.error = "the request header \"" +
+                           (detail::is_header_name(name) ? name : std::string("?")) +
+                           "\" is not valid HTTP (a token name, no control character in the value)";
+        return make_error_code(errc::bad_request);
+      }
+    }
     t.easy = curl_easy_init();
     if (!t.easy) {
       t.response.error = "curl_easy_init failed";
-      return false;
+      return make_error_code(errc::network);
     }
     CURL* e = t.easy;
     const auto& r = t.request;
@@ -221,7 +244,9 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
       }
     }
     for (const auto& [name, value] : r.headers) {
-      const std::string line = name + ": " + value;
+      // "Name:" with nothing after it tells curl to drop the header (its own, or ours unsent);
+      // "Name;" is curl's spelling for sending it with an empty value.
+      const std::string line = trim(value).empty() ? name + ";" : name + ": " + value;
       t.header_list = curl_slist_append(t.header_list, line.c_str());
     }
     t.header_list = curl_slist_append(t.header_list, "Expect:");  // no 100-continue round trip
@@ -258,7 +283,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     // exit, where a lookup still running is not waited for.
     curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
 #endif
-    return true;
+    return {};
   }
 
   // The caller's completion: on its executor, after clearing the slot we installed there.
@@ -321,7 +346,11 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
         default: break;
       }
       std::error_code ec;
-      if (t->too_large) {
+      if (!t->aborted_why.empty()) {
+        t->response.error = std::move(t->aborted_why);
+        t->response.body.clear();
+        ec = make_error_code(errc::malformed_response);
+      } else if (t->too_large) {
         t->response.error = "the response body is larger than max_response_bytes (" +
                             std::to_string(t->max_body) + ")";
         t->response.body.clear();
@@ -504,14 +533,33 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     return ::fstat(s.fd, &now) == 0 && now.st_dev == s.dev && now.st_ino == s.ino;
   }
 
+  // Callbacks must not throw through curl's C code: a failure (no memory) aborts the transfer.
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* userp) {
     auto* t = static_cast<curl_transfer*>(userp);
-    const std::string_view line(data, size * n);
+    try {
+      return read_header(*t, std::string_view(data, size * n));
+    } catch (const std::exception& e) {
+      t->aborted_why = std::string("reading the response headers failed: ") + e.what();
+      return 0;  // abort (CURLE_WRITE_ERROR)
+    }
+  }
+
+  static std::size_t read_header(curl_transfer& tr, std::string_view line) {
+    auto* t = &tr;
+    // curl 7.88 does not bound a header block (8.3 does, at 300 KB): a hostile server could
+    // grow memory without end.
+    t->header_bytes += line.size();
+    if (t->header_bytes > max_header_bytes) {
+      t->aborted_why = "the response headers are larger than " +
+                       std::to_string(max_header_bytes) + " bytes";
+      return 0;
+    }
     if (line.starts_with("HTTP/")) {  // a new response block (after 1xx or a redirect)
       t->response.headers.clear();
+      t->header_bytes = line.size();
       const auto sp = line.find(' ');
       t->current_status = sp == std::string_view::npos ? 0 : std::atoi(line.data() + sp + 1);
-      return size * n;
+      return line.size();
     }
     // obs-fold (RFC 9112 5.2): a line starting with a space or tab continues the previous
     // header's value; curl 7.88 hands it over as a line of its own.
@@ -522,13 +570,13 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
         if (!value.empty()) value += ' ';
         value += more;
       }
-      return size * n;
+      return line.size();
     }
     const auto colon = line.find(':');
     if (colon != std::string_view::npos && colon > 0)
       t->response.headers.emplace_back(std::string(trim(line.substr(0, colon))),
                                        std::string(trim(line.substr(colon + 1))));
-    return size * n;
+    return line.size();
   }
 
   static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* userp) {
@@ -546,7 +594,12 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
         t->too_large = true;
         return 0;  // abort (CURLE_WRITE_ERROR)
       }
-      t->response.body.append(chunk);
+      try {
+        t->response.body.append(chunk);
+      } catch (const std::exception& e) {  // max_response_bytes 0 (unlimited) and no memory
+        t->aborted_why = std::string("reading the response body failed: ") + e.what();
+        return 0;
+      }
     }
     return size * n;
   }

@@ -10,6 +10,7 @@
 #include "laneq/provider.hpp"
 #include "http_call.hpp"
 #include "../ascii_case.hpp"
+#include "../http/header_syntax.hpp"
 
 #include <asio/post.hpp>
 
@@ -65,20 +66,12 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
 }
 
 void check_headers(const Headers& headers, const char* provider) {
-  constexpr std::string_view tchar_punct = "!#$%&'*+-.^_`|~";  // RFC 9110 5.6.2
   for (const auto& [name, value] : headers) {
-    const bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [&](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-             tchar_punct.find(c) != std::string_view::npos;
-    });
-    if (!name_ok)
+    if (!is_header_name(name))
       throw std::system_error(make_error_code(errc::invalid_config),
                               std::string(provider) + ": the header name \"" + name +
                                   "\" is not an HTTP token (letters, digits, !#$%&'*+-.^_`|~)");
-    const bool value_ok = std::none_of(value.begin(), value.end(), [](char c) {
-      return (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f;
-    });
-    if (!value_ok)  // (not the value itself: it may be an API key)
+    if (!is_header_value(value))  // (not the value itself: it may be an API key)
       throw std::system_error(make_error_code(errc::invalid_config),
                               std::string(provider) + ": the value of header \"" + name +
                                   "\" has a control character (a line end read with the key?)");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -38,6 +39,59 @@ laneq::HttpRequest chat_post(const std::string& url, std::string key = "sk-test"
           .headers = {{"Content-Type", "application/json"}, {"Authorization", "Bearer " + key}},
           .body = R"({"model":"gpt-test","messages":[{"role":"user","content":"hi"}],"max_tokens":8})"};
 }
+
+// A server of one connection on 127.0.0.1, written by hand: it reads one request's head and
+// answers `response` as given (what neither nginx nor the mock would send).
+class OneResponseServer {
+ public:
+  explicit OneResponseServer(std::string response)
+      : acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}),
+        thread_([this, response = std::move(response)] {
+          asio::ip::tcp::socket s(io_);
+          acceptor_.accept(s);
+          std::error_code ec;
+          while (request_.find("\r\n\r\n") == std::string::npos && !ec) {
+            char buf[1024];
+            request_.append(buf, s.read_some(asio::buffer(buf), ec));
+          }
+          asio::write(s, asio::buffer(response), ec);
+        }) {}
+  ~OneResponseServer() {
+    if (!thread_.joinable()) return;
+    // No exchange happened (a failed test): a connection that closes at once ends its accept.
+    asio::ip::tcp::socket s(io_);
+    std::error_code ec;
+    s.connect(acceptor_.local_endpoint(), ec);
+    s.close(ec);
+    thread_.join();
+  }
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()) +
+           "/v1/chat/completions";
+  }
+  // Sends `req` through a CurlTransport and returns what it completed with.
+  std::pair<std::error_code, laneq::HttpResponse> exchange(laneq::HttpRequest req) {
+    asio::io_context io;
+    laneq::CurlTransport transport(io.get_executor());
+    std::pair<std::error_code, laneq::HttpResponse> got;
+    laneq::async_http(transport, std::move(req), [&](std::error_code ec, laneq::HttpResponse r) {
+      got = {ec, std::move(r)};
+    });
+    io.run();
+    return got;
+  }
+  // The request head it read (after the exchange: joins the server).
+  const std::string& request() {
+    if (thread_.joinable()) thread_.join();
+    return request_;
+  }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_;
+  std::string request_;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -192,6 +246,13 @@ TEST_CASE("settings curl would misuse are refused at construction, naming the fi
   refused({.user_agent = "laneq\r\nX-Injected: 1"}, "user_agent must not contain CR, LF or NUL");
   refused({.user_agent = std::string("laneq\0tail", 10)}, "user_agent must not contain");
   refused({.proxy = "http://127.0.0.1:1\n"}, "proxy must not contain CR, LF or NUL");
+  // a directory opens for reading too; an empty file holds no certificate
+  const auto dir = std::filesystem::temp_directory_path();
+  refused({.ca_file = dir.string()}, "is not a file of certificates");
+  const auto empty = dir / ("laneq-empty-ca-" + std::to_string(::getpid()) + ".pem");
+  { std::ofstream touch(empty); }
+  refused({.ca_file = empty.string()}, "is not a file of certificates");
+  std::filesystem::remove(empty);
   laneq::CurlTransport fine(io.get_executor(), {.connect_timeout = std::chrono::milliseconds(0)});
 }
 
@@ -240,37 +301,15 @@ TEST_CASE("a folded header line (obs-fold) continues the previous header's value
           "[transport]") {
   // A server of one response, written by hand: folded headers are obsolete, so neither nginx
   // nor the mock sends them, but old proxies still do.
-  asio::io_context server_io;
-  asio::ip::tcp::acceptor acceptor(server_io, {asio::ip::make_address("127.0.0.1"), 0});
-  const auto port = acceptor.local_endpoint().port();
-  std::thread server([&] {
-    asio::ip::tcp::socket s(server_io);
-    acceptor.accept(s);
-    std::string got;
-    std::error_code ec;
-    while (got.find("\r\n\r\n") == std::string::npos && !ec) {
-      char buf[1024];
-      got.append(buf, s.read_some(asio::buffer(buf), ec));
-    }
-    const std::string body = R"({"ok":true})";
-    const std::string response =
-        "HTTP/1.1 200 OK\r\n"
-        "X-Note: first part\r\n"
-        " second: part\r\n"
-        "\tthird part\r\n"
-        "X-After: 1\r\n"
-        "Content-Length: " + std::to_string(body.size()) + "\r\n"
-        "Connection: close\r\n\r\n" + body;
-    asio::write(s, asio::buffer(response), ec);
-  });
-  asio::io_context io;
-  laneq::CurlTransport transport(io.get_executor());
-  auto fut = laneq::async_http(
-      transport, chat_post("http://127.0.0.1:" + std::to_string(port) + "/v1/chat/completions"),
-      asio::use_future);
-  io.run();
-  server.join();
-  const laneq::HttpResponse r = fut.get();
+  const std::string body = R"({"ok":true})";
+  OneResponseServer server("HTTP/1.1 200 OK\r\n"
+                           "X-Note: first part\r\n"
+                           " second: part\r\n"
+                           "\tthird part\r\n"
+                           "X-After: 1\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n"
+                           "Connection: close\r\n\r\n" + body);
+  const laneq::HttpResponse r = server.exchange(chat_post(server.url())).second;
   CHECK(r.status == 200);
   CHECK(r.body == R"({"ok":true})");
   const std::vector<std::pair<std::string, std::string>> want = {
@@ -279,6 +318,54 @@ TEST_CASE("a folded header line (obs-fold) continues the previous header's value
   for (const auto& [name, value] : r.headers)
     if (name.starts_with("X-") || name == "second") got.emplace_back(name, value);
   CHECK(got == want);
+}
+
+TEST_CASE("request headers: a line end or control character is refused unsent, an empty value "
+          "is sent empty",
+          "[transport]") {
+  {
+    OneResponseServer server("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+    auto req = chat_post(server.url());
+    req.headers.emplace_back("X-Empty", "");
+    const auto [ec, r] = server.exchange(req);
+    CHECK_FALSE(ec);
+    CHECK(r.status == 204);
+    CHECK_THAT(server.request(), Catch::Contains("\r\nX-Empty:"));
+  }
+  laneq::mock::MockServerThread mock;
+  asio::io_context io;
+  laneq::CurlTransport transport(io.get_executor());
+  const auto refused = [&](std::string name, std::string value) {
+    auto req = chat_post(mock.base_url() + "/v1/chat/completions");
+    req.headers.emplace_back(std::move(name), std::move(value));
+    auto fut = laneq::async_http(transport, std::move(req), asio::use_future);
+    io.restart();
+    io.run();
+    try {
+      fut.get();
+      FAIL("sent");
+    } catch (const std::system_error& e) {
+      CHECK(e.code() == errc::bad_request);
+    }
+  };
+  refused("X-A", "1\r\nX-Injected: yes");
+  refused("X-A", std::string("1\0tail", 6));
+  refused("X-A: b", "1");
+  refused("", "1");
+  CHECK(mock.stats()["requests"] == 0);  // none reached the server
+}
+
+TEST_CASE("a response header block larger than 256 KiB aborts its transfer with "
+          "malformed_response",
+          "[transport]") {
+  std::string head = "HTTP/1.1 200 OK\r\n";
+  for (int i = 0; head.size() < (std::size_t{2} << 20); ++i)
+    head += "X-" + std::to_string(i) + ": " + std::string(100, 'v') + "\r\n";
+  OneResponseServer server(head + "Content-Length: 2\r\nConnection: close\r\n\r\n{}");
+  const auto [ec, r] = server.exchange(chat_post(server.url()));
+  CHECK(ec == errc::malformed_response);
+  CHECK_THAT(r.error, Catch::Contains("headers are larger than"));
+  CHECK(r.headers.size() < 20000);
 }
 
 TEST_CASE("a body larger than max_response_bytes aborts its transfer with malformed_response",

@@ -11,7 +11,10 @@
 // transfer cancelled mid-lookup leaves that thread to finish alone instead of joining it).
 // Lifetime: destroy after the io_context stopped running; pending transfers then complete with
 // asio::error::operation_aborted when it runs again (or are destroyed with it). A body larger
-// than max_response_bytes completes with errc::malformed_response.
+// than max_response_bytes, or a header block larger than 256 KiB, completes with
+// errc::malformed_response. A request header whose name is not an HTTP token or whose value
+// holds a control character (CR, LF, NUL) completes with errc::bad_request, unsent; a header
+// with an empty value is sent empty (not dropped, as a bare "Name:" line tells curl to).
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -44,7 +47,8 @@ class curl_engine;
 class CurlTransport final : public Transport {
  public:
   // Throws std::system_error(errc::invalid_config) for a negative timeout, a ca_file that
-  // cannot be read, or when libcurl cannot be set up.
+  // cannot be read or is no file of certificates (a directory, an empty file), or when
+  // libcurl cannot be set up.
   explicit CurlTransport(executor_type ex, CurlTransportConfig config = {});
   ~CurlTransport() override;
   CurlTransport(const CurlTransport&) = delete;
