@@ -609,6 +609,7 @@ void Journal::Impl::run_batch(std::span<Op> batch, bool retention_due) {
   op_error.clear();
   std::string failure;  // non-empty: the transaction failed, every op of the batch fails
   if (step_once(st.begin) != SQLITE_DONE) failure = "BEGIN: " + sql_error;
+  const bool lost_before = writes_lost;
   for (std::size_t i = 0; failure.empty() && i < batch.size(); ++i) {
     const auto errors_before = n.write_errors;
     std::visit([&](auto& op) { execute(op, n); }, batch[i]);
@@ -624,11 +625,14 @@ void Journal::Impl::run_batch(std::span<Op> batch, bool retention_due) {
   const auto elapsed = steady::now() - t0;
 
   const bool ok = failure.empty();
-  // A failed batch's flushes fail with it; its writes after the last of them are lost too,
-  // which the next flush must say.
-  for (auto it = batch.rbegin(); !ok && it != batch.rend(); ++it) {
-    if (std::holds_alternative<FlushOp>(*it)) break;
-    if (is_write(*it)) writes_lost = true;
+  // A failed batch's flushes fail with it, executed or not; what the next flush must say is
+  // whether a write came after the last of them (or, with none, before or in this batch).
+  if (!ok) {
+    const auto last_flush = std::find_if(batch.rbegin(), batch.rend(), [](const Op& op) {
+      return std::holds_alternative<FlushOp>(op);
+    });
+    const bool written_after = std::any_of(batch.rbegin(), last_flush, is_write);
+    writes_lost = written_after || (last_flush == batch.rend() && lost_before);
   }
   if (ok) {
     finished_rows += static_cast<std::int64_t>(n.finished) -

@@ -114,6 +114,23 @@ struct Run {
   std::string err;
 };
 
+// A journal row as a run that ended before the request ran leaves it: pending.
+void append_pending_row(const std::string& path, const std::string& id, int max_tokens) {
+  auto journal = laneq::Journal::open({path});
+  laneq::JournalRecord rec;
+  rec.id = id;
+  rec.priority = static_cast<int>(laneq::Priority::normal);
+  rec.request.id = id;
+  rec.request.model = "gpt-test";
+  rec.request.messages.push_back({"user", "hello " + id});
+  rec.request.max_tokens = max_tokens;
+  rec.enqueued_at = std::chrono::system_clock::now();
+  std::promise<std::error_code> appended;
+  journal->append(std::move(rec),
+                  [&appended](std::error_code ec, std::int64_t) { appended.set_value(ec); });
+  REQUIRE_FALSE(appended.get_future().get());
+}
+
 // No API keys from the developer's shell: the tests never reach a real API.
 const std::vector<std::string> clean_env = {"OPENAI_API_KEY=", "ANTHROPIC_API_KEY=",
                                             "OPENAI_BASE_URL=", "ANTHROPIC_BASE_URL="};
@@ -737,6 +754,31 @@ TEST_CASE("a resume refused as another run's output leaves the file as it was - 
   CHECK(read_output(dir.file("out.jsonl")).size() == 3);
 }
 
+TEST_CASE("a resume runs again a line whose outcome the journal could not commit - its error "
+          "line holds the provider's answer, and the row is open",
+          "[cli][journal]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), {chat_line("a").dump()});
+  // What a run whose finish failed (a full disk) leaves: the row released to pending, and an
+  // error line with the answer the call had.
+  append_pending_row(dir.file("run.db"), "a", 16);
+  write_lines(dir.file("out.jsonl"),
+              {json{{"id", "batch_req_0"},
+                    {"custom_id", "a"},
+                    {"response", {{"status_code", 200}, {"request_id", ""}, {"body", json::object()}}},
+                    {"error", {{"code", "journal"}, {"message", "could not be committed"}}}}
+                   .dump()});
+  const auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--journal",
+                          dir.file("run.db"), "--mock", "--mock-latency-ms", "1", "--progress",
+                          "none"});
+  INFO(r.err);
+  CHECK(r.code == 0);  // not refused as another run's output
+  const auto out = read_output(dir.file("out.jsonl"));
+  REQUIRE(out.size() == 2);  // the error line, then the answer of the run again
+  CHECK(out[1]["custom_id"] == "a");
+  CHECK(out[1]["error"].is_null());
+}
+
 TEST_CASE("a resume leaves a line whose journal row is still open to recovery - one output line "
           "for it and counts that add up, even when its admission fails",
           "[cli][journal]") {
@@ -744,21 +786,8 @@ TEST_CASE("a resume leaves a line whose journal row is still open to recovery - 
   auto big = chat_line("big");
   big["body"]["max_tokens"] = 50000;  // beyond --tpm 10000: refused at admission
   write_lines(dir.file("in.jsonl"), {chat_line("small").dump(), big.dump()});
-  {  // the journal of a run that ended (a crash) with "big" acknowledged but not run
-    auto journal = laneq::Journal::open({dir.file("run.db")});
-    laneq::JournalRecord rec;
-    rec.id = "big";
-    rec.priority = static_cast<int>(laneq::Priority::normal);
-    rec.request.id = "big";
-    rec.request.model = "gpt-test";
-    rec.request.messages.push_back({"user", "hello big"});
-    rec.request.max_tokens = 50000;
-    rec.enqueued_at = std::chrono::system_clock::now();
-    std::promise<std::error_code> appended;
-    journal->append(std::move(rec),
-                    [&appended](std::error_code ec, std::int64_t) { appended.set_value(ec); });
-    REQUIRE_FALSE(appended.get_future().get());
-  }
+  // the journal of a run that ended (a crash) with "big" acknowledged but not run
+  append_pending_row(dir.file("run.db"), "big", 50000);
   const auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--journal",
                           dir.file("run.db"), "--mock", "--tpm", "10000", "--mock-latency-ms",
                           "1", "--progress", "plain", "--progress-interval", "0.05"});

@@ -651,6 +651,27 @@ TEST_CASE("flush reports a write queued before it that was not committed, once",
   CHECK_FALSE(flush_wait(*small));
 }
 
+TEST_CASE("a batch rolled back by a failed write fails its flush, and the next flush has "
+          "nothing lost to report",
+          "[journal][errors]") {
+  TempDir dir;
+  const auto path = dir.file("j.db");
+  Journal::open({path});  // the schema
+  // an outcome's write rolls back the whole transaction (as SQLITE_FULL may)
+  sql(path, "CREATE TRIGGER rb BEFORE UPDATE OF state ON requests WHEN NEW.state >= 2 "
+            "BEGIN SELECT RAISE(ROLLBACK, 'disk full'); END;");
+  auto j = Journal::open({path});
+  const auto row = append_ok(*j, make_record("a"));
+  std::promise<std::error_code> first;
+  // Queued from a completion, on the writer thread: the finish and the flush are one batch.
+  j->flush([&](std::error_code) {
+    j->finish(row, JournalState::succeeded, 1, {}, "", nullptr, nullptr);
+    j->flush([&](std::error_code ec) { first.set_value(ec); });
+  });
+  CHECK(first.get_future().get() == errc::journal);
+  CHECK_FALSE(flush_wait(*j));
+}
+
 TEST_CASE("the destructor commits queued work and runs every completion", "[journal]") {
   TempDir dir;
   const auto path = dir.file("j.db");
@@ -1001,11 +1022,14 @@ TEST_CASE("a failed commit fails its whole batch once and the journal keeps work
       const auto s = j->stats();
       ::setrlimit(RLIMIT_FSIZE, &cap);
       const auto after = append_wait(*j, make_record("after"));
+      // that batch's failure was its flush's to say: the next one has nothing lost to report
+      const auto flushed_after = flush_wait(*j);
       out = "calls_once=" + std::to_string(std::count(calls.begin(), calls.end(), 1) == n) +
             " failed=" + std::to_string(failed.load() == n) +
             " flush=" + std::to_string(flushed == errc::journal) +
             " write_errors=" + std::to_string(s.write_errors > 0) +
-            " after=" + std::to_string(!after.first) + " last_error=" + s.last_error;
+            " after=" + std::to_string(!after.first) +
+            " flush_after=" + std::to_string(!flushed_after) + " last_error=" + s.last_error;
     } catch (const std::exception& e) {
       out = std::string("exception: ") + e.what();
     }
@@ -1013,7 +1037,8 @@ TEST_CASE("a failed commit fails its whole batch once and the journal keeps work
   });
   const std::string out = child.read();
   INFO(out);
-  CHECK_THAT(out, Catch::StartsWith("calls_once=1 failed=1 flush=1 write_errors=1 after=1"));
+  CHECK_THAT(out, Catch::StartsWith("calls_once=1 failed=1 flush=1 write_errors=1 after=1 "
+                                    "flush_after=1"));
   CHECK_THAT(out, Catch::Contains(path));
   // the append acknowledged after the cap was lifted is in the file
   CHECK(lookup_wait(*Journal::open({path}), "after"));

@@ -328,7 +328,10 @@ class BatchRun {
       // finished is not from this journal's run: trusting it would skip its line, running it
       // again would write its custom_id twice. (Other failures may be refused before they were
       // journaled, e.g. exceeds_rate_limit: they stay as they are.)
-      std::unordered_set<std::string> known;
+      // Open rows are this journal's too: an outcome it could not commit (a full disk) leaves
+      // its row pending and its error line, answer included, in the output.
+      for (const auto& rec : list_rows(JournalStateSet::open())) open_ids_.insert(rec.id);
+      std::unordered_set<std::string> known(open_ids_);
       for (const auto& rec : finished) known.insert(rec.id);
       for (const auto& id : earlier_.called)
         if (!known.contains(id))
@@ -337,7 +340,6 @@ class BatchRun {
                             "--out, or the journal that run used"};
       // Rows left open (pending, or in flight at a crash): the queue's recovery runs them and
       // on_durable_result reports them. Their lines are not submitted again (count_lines).
-      for (const auto& rec : list_rows(JournalStateSet::open())) open_ids_.insert(rec.id);
       cut_torn_line(o_.output, earlier_);  // the output is this run's: now it may be repaired
       out_ = open_output("ab");
       for (auto& rec : finished) {
@@ -557,11 +559,10 @@ class BatchRun {
   // wraps, and each redraw then clears only its last row.
   static std::size_t terminal_width() {
     if (const char* c = std::getenv("COLUMNS"); c && std::atoi(c) > 0)
-      return std::max(40, std::atoi(c));
+      return static_cast<std::size_t>(std::atoi(c));
     winsize ws{};
-    if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
-      return std::max<std::size_t>(40, ws.ws_col);
-    return 120;
+    if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    return 120;  // render_bar cuts its line to the width, however narrow
   }
 
   // --- the end ---
