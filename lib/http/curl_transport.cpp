@@ -36,7 +36,8 @@ namespace {
 
 // One response's header block, at most (a hostile server's endless header lines). Below
 // curl's own bound (300 KB in 8.3, backported to Debian's 7.88, which fails the transfer as a
-// receive error, retried as network): a response this broken is malformed, whatever the curl.
+// receive error, retried as network), so such a block is malformed_response. (A single line
+// above curl's 100 KB line limit still fails inside curl, as network.)
 constexpr std::size_t max_header_bytes = std::size_t{256} << 10;
 
 void global_init() {
@@ -546,8 +547,7 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
 
   static std::size_t read_header(curl_transfer& tr, std::string_view line) {
     auto* t = &tr;
-    // curl 7.88 does not bound a header block (8.3 does, at 300 KB): a hostile server could
-    // grow memory without end.
+    // Our bound (max_header_bytes), below curl's: a response this broken is malformed.
     t->header_bytes += line.size();
     if (t->header_bytes > max_header_bytes) {
       t->aborted_why = "the response headers are larger than " +

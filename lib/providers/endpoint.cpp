@@ -78,7 +78,7 @@ void check_headers(const Headers& headers, const char* provider) {
     if (value.find_first_not_of(" \t") == std::string::npos)
       throw std::system_error(make_error_code(errc::invalid_config),
                               std::string(provider) + ": the header \"" + name +
-                                  "\" has an empty value, which curl would not send");
+                                  "\" has an empty value (an unset variable?)");
   }
 }
 

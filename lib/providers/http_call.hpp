@@ -117,9 +117,11 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
           // a network failure: retrying would fail the same way. So is a body over the limit.
           const bool malformed = ec == errc::malformed_response ||
                                  (stream && (stream->parser.failed() || stream->whole_too_large));
-          done(ec == asio::error::operation_aborted ? ec
-               : malformed                          ? make_error_code(errc::malformed_response)
-                                                    : make_error_code(errc::network),
+          // A request the transport refused unsent (an invalid header) fails the same way
+          // each time: not a network error, which would be retried.
+          done(ec == asio::error::operation_aborted || ec == errc::bad_request ? ec
+               : malformed ? make_error_code(errc::malformed_response)
+                           : make_error_code(errc::network),
                std::move(r));
           return;
         }

@@ -424,7 +424,45 @@ class BodyCapture final : public laneq::Transport {
   executor_type ex_;
 };
 
+// Refuses every request unsent, as CurlTransport does one with an invalid header.
+class RefusingTransport final : public laneq::Transport {
+ public:
+  explicit RefusingTransport(executor_type ex) : ex_(std::move(ex)) {}
+  void async_request(laneq::HttpRequest, executor_type ex, asio::cancellation_slot,
+                     laneq::HttpCompletion done) override {
+    ++calls;
+    asio::post(ex, [done = std::move(done)]() mutable {
+      laneq::HttpResponse resp;
+      resp.error = "the request header \"X\" is not valid HTTP";
+      done(laneq::make_error_code(errc::bad_request), std::move(resp));
+    });
+  }
+  executor_type get_executor() const override { return ex_; }
+  int calls = 0;
+
+ private:
+  executor_type ex_;
+};
+
 }  // namespace
+
+TEST_CASE("a request the transport refuses unsent fails as bad_request, not a retried network "
+          "error",
+          "[providers]") {
+  asio::io_context io;
+  RefusingTransport transport(io.get_executor());
+  laneq::OpenAIProvider provider(transport, {.api_key = "k", .base_url = "http://127.0.0.1:9"});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, resp] = co_await queue.async_submit(chat("hi"), {},
+                                                  asio::experimental::as_tuple(asio::use_awaitable));
+    CHECK(ec == errc::bad_request);
+    CHECK_THAT(resp.error_message, Catch::Contains("not valid HTTP"));
+    co_await queue.shutdown();
+  });
+  CHECK(transport.calls == 1);
+}
 
 TEST_CASE("OpenAI's own endpoint gets max_completion_tokens, a compatible server max_tokens, "
           "unless the config names one",
