@@ -369,12 +369,22 @@ TEST_CASE("API keys never appear in errors - no key and no base URL is a clear c
 
 namespace {
 
+// What every fake transport below shares: the executor it reports.
+class FakeTransport : public laneq::Transport {
+ public:
+  explicit FakeTransport(executor_type ex) : ex_(std::move(ex)) {}
+  executor_type get_executor() const override { return ex_; }
+
+ private:
+  executor_type ex_;
+};
+
 // A transport that answers 200 with an event stream whose first line breaks the SSE parser's
 // 4 MiB limit, then offers more, as a server would keep sending; like CurlTransport, an
 // exception from on_body aborts the exchange (a network error).
-class OversizedStreamTransport final : public laneq::Transport {
+class OversizedStreamTransport final : public FakeTransport {
  public:
-  explicit OversizedStreamTransport(executor_type ex) : ex_(std::move(ex)) {}
+  using FakeTransport::FakeTransport;
   void async_request(laneq::HttpRequest request, executor_type ex, asio::cancellation_slot,
                      laneq::HttpCompletion done) override {
     asio::post(ex, [this, request = std::move(request), done = std::move(done)]() mutable {
@@ -393,17 +403,13 @@ class OversizedStreamTransport final : public laneq::Transport {
       done(ec, std::move(resp));
     });
   }
-  executor_type get_executor() const override { return ex_; }
   int chunks_after = 0;
-
- private:
-  executor_type ex_;
 };
 
 // Answers every request with a minimal chat completion and keeps the bodies it was sent.
-class BodyCapture final : public laneq::Transport {
+class BodyCapture final : public FakeTransport {
  public:
-  explicit BodyCapture(executor_type ex) : ex_(std::move(ex)) {}
+  using FakeTransport::FakeTransport;
   void async_request(laneq::HttpRequest request, executor_type ex, asio::cancellation_slot,
                      laneq::HttpCompletion done) override {
     bodies.push_back(nlohmann::json::parse(request.body));
@@ -416,18 +422,14 @@ class BodyCapture final : public laneq::Transport {
       done({}, std::move(resp));
     });
   }
-  executor_type get_executor() const override { return ex_; }
   std::vector<nlohmann::json> bodies;
   std::vector<std::string> urls;
-
- private:
-  executor_type ex_;
 };
 
 // Refuses every request unsent, as CurlTransport does one with an invalid header.
-class RefusingTransport final : public laneq::Transport {
+class RefusingTransport final : public FakeTransport {
  public:
-  explicit RefusingTransport(executor_type ex) : ex_(std::move(ex)) {}
+  using FakeTransport::FakeTransport;
   void async_request(laneq::HttpRequest, executor_type ex, asio::cancellation_slot,
                      laneq::HttpCompletion done) override {
     ++calls;
@@ -437,11 +439,7 @@ class RefusingTransport final : public laneq::Transport {
       done(laneq::make_error_code(errc::bad_request), std::move(resp));
     });
   }
-  executor_type get_executor() const override { return ex_; }
   int calls = 0;
-
- private:
-  executor_type ex_;
 };
 
 }  // namespace
@@ -519,12 +517,12 @@ namespace {
 
 // Answers every request with 200 and the chunks given, through on_body when the request asked
 // for a stream (as CurlTransport does with any 2xx body then); counts the calls.
-class ChunkedAnswer final : public laneq::Transport {
+class ChunkedAnswer final : public FakeTransport {
  public:
   // `then`: the transfer's outcome after the last chunk (e.g. the connection closed without
   // the last chunk of a chunked body).
   ChunkedAnswer(executor_type ex, std::vector<std::string> chunks, std::error_code then = {})
-      : ex_(std::move(ex)), chunks_(std::move(chunks)), then_(then) {}
+      : FakeTransport(std::move(ex)), chunks_(std::move(chunks)), then_(then) {}
   void async_request(laneq::HttpRequest request, executor_type ex, asio::cancellation_slot,
                      laneq::HttpCompletion done) override {
     ++calls;
@@ -543,11 +541,9 @@ class ChunkedAnswer final : public laneq::Transport {
       done(ec ? ec : then_, std::move(resp));
     });
   }
-  executor_type get_executor() const override { return ex_; }
   int calls = 0;
 
  private:
-  executor_type ex_;
   std::vector<std::string> chunks_;
   std::error_code then_;
 };
