@@ -913,7 +913,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void hand_out() {
     if (handing_out_) return;  // take_next() -> admit_waiters() -> here: the outer loop goes on
     handing_out_ = true;
-    while (!idle_reserved_.empty() && sched_.has_reserved_work()) {
+    while (!idle_reserved_.empty() &&
+           (sched_.has_reserved_work() ||
+            (!waiting_.empty() && waiting_.any_in(sched_.reserved_lanes())))) {
       op_ptr op = take_next(true, steady::now());
       if (!op) break;  // what was left had expired
       worker* w = idle_reserved_.back();
@@ -945,15 +947,16 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // whose deadline passed before the queue's timer ran (a busy loop runs it late) expires here:
   // it never reaches the provider.
   op_ptr take_next(bool reserved, steady::time_point now) {
-    // A reserved lane's waiter (it came while every reserved worker was busy) goes to a free
-    // reserved worker before room appears, and before any later one that may pass it.
-    if (reserved && !waiting_.empty() && !sched_.has_reserved_work())
-      if (op_ptr op = best_waiter(now, sched_.reserved_lanes())) {
-        unlink_waiting(op);
-        enqueue(op, true);  // a waiter was admitted: it goes in past capacity
-      }
     bool expired = false;
     for (;;) {
+      // A reserved lane's waiter (it came while every reserved worker was busy) goes to a free
+      // reserved worker before room appears, and before any later one that may pass it. Again
+      // after an expiry: a worker that parked with such waiters left would wait for room.
+      if (reserved && !waiting_.empty() && !sched_.has_reserved_work())
+        if (op_ptr op = best_waiter(now, sched_.reserved_lanes())) {
+          unlink_waiting(op);
+          enqueue(op, true);  // a waiter was admitted: it goes in past capacity
+        }
       auto item = reserved ? sched_.pop_reserved(now) : sched_.pop(now);
       if (!item) break;
       auto* op = reinterpret_cast<op_ptr>(item->payload);
@@ -1438,6 +1441,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       done(std::error_code{});
       return;
     }
+    // Submits in the intake came before this shutdown, though their burst's drain may not
+    // have reached the strand yet (another thread pushed first): admitted before stopping_,
+    // so a drain runs them rather than failing them with shutting_down.
+    admit_intake();
     stopping_ = true;
     if (!opts.drain) drain_ = false;
     shutdown_waiters_.push_back(std::move(done));

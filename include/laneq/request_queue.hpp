@@ -104,7 +104,8 @@ struct QueueConfig {
   // Durable requests nobody awaits (recovered at construction, or async_enqueue'd) report here,
   // once each, on the queue's executor, after their outcome is committed: on a loop of several
   // threads, two reports may run at once (make it thread-safe, or post to a strand of yours).
-  // Not called for one a shutdown leaves pending: it runs again next time.
+  // Not called for one a shutdown leaves pending: it runs again next time. It runs as a
+  // handler: an exception it throws leaves io_context::run() (the outcome stays committed).
   std::function<void(std::string_view id, std::error_code, const Response&)> on_durable_result{};
   // A recovered request whose call was in flight when this many runs ended (a crash, kill -9:
   // JournalRecord::interrupted) is not called again: it fails with interrupted_too_often, since

@@ -40,6 +40,20 @@ namespace {
 
 auto tuple_awaitable = asio::experimental::as_tuple(asio::use_awaitable);
 
+// A provider config whose call latency goes by the first message's text: the first prefix in
+// `by_prefix` it starts with, else `otherwise`.
+laneq::SimulatedProviderConfig latency_by_text(
+    std::vector<std::pair<std::string, std::chrono::nanoseconds>> by_prefix,
+    std::chrono::nanoseconds otherwise = 1ms) {
+  return {.latency_fn = [by_prefix = std::move(by_prefix), otherwise](const laneq::Request& r,
+                                                                      auto&) {
+    const auto& text = r.messages.at(0).content;
+    for (const auto& [prefix, latency] : by_prefix)
+      if (text.starts_with(prefix)) return latency;
+    return otherwise;
+  }};
+}
+
 // A future's value, or a test failure after 30 s (a regression fails instead of hanging).
 template <class Future>
 auto get_within(Future&& f) {
@@ -462,10 +476,7 @@ TEST_CASE("a critical request that waited for room while the reserved worker was
           "it as soon as it is free, before later critical ones",
           "[queue][backpressure][reserved]") {
   asio::io_context io;
-  RecordingProvider provider({.latency_fn = [](const laneq::Request& r, auto&) {
-    const auto& text = r.messages.at(0).content;
-    return std::chrono::nanoseconds(text == "c0" ? 150ms : text.starts_with("low") ? 1500ms : 1ms);
-  }});
+  RecordingProvider provider(latency_by_text({{"c0", 150ms}, {"low", 1500ms}}));
   laneq::RequestQueue queue(io.get_executor(), provider,
                             {.workers = 2, .reserved_workers = 1, .max_pending = 2});
   queue.start();
@@ -492,14 +503,47 @@ TEST_CASE("a critical request that waited for room while the reserved worker was
   io.run();
 }
 
+TEST_CASE("a free reserved worker does not park while a critical request waits for room, even "
+          "when the waiter it took first had expired",
+          "[queue][backpressure][reserved]") {
+  asio::io_context io;
+  RecordingProvider provider(latency_by_text({{"k0", 30ms}, {"n1", 5s}}));
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .reserved_workers = 1, .max_pending = 1});
+  queue.start();
+  std::map<std::string, std::error_code> ended;
+  std::map<std::string, laneq::Response> done;
+  auto submit = [&](std::string name, Priority p, std::chrono::milliseconds timeout) {
+    queue.async_submit(chat(name), {.priority = p, .timeout = timeout},
+                       [&, name](std::error_code ec, laneq::Response r) {
+                         ended[name] = ec;
+                         done[name] = std::move(r);
+                       });
+  };
+  submit("n1", Priority::normal, 30s);  // the general worker, 5 s
+  submit("n2", Priority::normal, 30s);  // queued: the queue is full
+  run_until(io, [&] { return provider.seen().size() == 1; });
+  submit("k0", Priority::critical, 30s);  // the reserved worker, 30 ms
+  run_until(io, [&] { return provider.seen().size() == 2; });
+  submit("c1", Priority::critical, 50ms);  // both wait for room: the reserved worker is busy
+  submit("c2", Priority::critical, 30s);
+  io.poll();
+  // A busy loop: when it runs again, k0's answer (due at 30 ms) comes before the queue's
+  // deadline timer (due at 50 ms), so the reserved worker takes c1 and finds it expired.
+  std::this_thread::sleep_for(100ms);
+  run_until(io, [&] { return ended.count("c2") > 0; });
+  CHECK(ended["c1"] == errc::timeout);
+  CHECK_FALSE(ended["c2"]);
+  CHECK(done["c2"].queue_wait < 2s);  // at once on the reserved worker, not after n1's 5 s
+  queue.async_shutdown({.drain = false}, [](std::error_code) {});
+  io.run();
+}
+
 TEST_CASE("when room appears, waiters go in by lane (with aging), not by arrival - a critical "
           "waiter goes before batch work that waited longer",
           "[queue][backpressure]") {
   asio::io_context io;
-  RecordingProvider provider({.latency_fn = [](const laneq::Request& r, auto&) {
-    return r.messages.at(0).content == "slow" ? std::chrono::nanoseconds(300ms)
-                                              : std::chrono::nanoseconds(5ms);
-  }});
+  RecordingProvider provider(latency_by_text({{"slow", 300ms}}, 5ms));
   auto lanes = laneq::default_lanes();
   lanes[3].age_step = 1ms;  // low: aged past critical by the time room appears
   laneq::RequestQueue queue(io.get_executor(), provider,
