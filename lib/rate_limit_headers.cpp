@@ -146,8 +146,8 @@ bool valid(const Civil& c) noexcept {
          c.hour <= 23 && c.minute <= 59 && c.second <= 60;  // 60: leap second
 }
 
-// Seconds since the epoch (UTC) + sub-second nanoseconds -> a system_clock time point, or nullopt
-// when out of the representable range.
+// Seconds since the epoch (UTC) + sub-second nanoseconds -> a system_clock time point, saturated
+// to its max() / min() beyond the representable range.
 std::optional<SysTime> make_time(const Civil& c, std::int64_t offset_seconds,
                                  std::int64_t nanos) noexcept {
   const std::int64_t secs = days_from_civil(c.year, c.month, c.day) * 86400 +
@@ -157,7 +157,10 @@ std::optional<SysTime> make_time(const Civil& c, std::int64_t offset_seconds,
       std::chrono::duration_cast<std::chrono::seconds>(SysDur::max()).count() - 1;
   constexpr std::int64_t min_secs =
       std::chrono::duration_cast<std::chrono::seconds>(SysDur::min()).count() + 1;
-  if (secs > max_secs || secs < min_secs) return std::nullopt;
+  // Beyond what the clock holds: the end of time (a reset that far off is "a very long time",
+  // as parse_decimal reads centuries), or its start (long past).
+  if (secs > max_secs) return SysTime::max();
+  if (secs < min_secs) return SysTime::min();
   return SysTime(std::chrono::duration_cast<SysDur>(std::chrono::seconds(secs)) +
                  std::chrono::duration_cast<SysDur>(nanoseconds(nanos)));
 }

@@ -82,8 +82,12 @@ TokenEstimate estimate_tokens(const Request& request, std::int64_t default_max_t
                               const PromptEstimator& prompt_estimator) {
   TokenEstimate e;
   e.prompt = prompt_estimator ? prompt_estimator(request) : estimate_prompt_tokens(request);
-  if (e.prompt < 0) e.prompt = 0;
-  e.completion = request.max_tokens > 0 ? request.max_tokens : default_max_tokens;
+  // Each part in [0, 2^50] (the rate budgets' own bound), so total() cannot overflow: an
+  // estimator's "infinite" INT64_MAX, or a negative default, would.
+  constexpr std::int64_t most = std::int64_t{1} << 50;
+  e.prompt = std::clamp<std::int64_t>(e.prompt, 0, most);
+  e.completion = std::clamp<std::int64_t>(
+      request.max_tokens > 0 ? request.max_tokens : default_max_tokens, 0, most);
   return e;
 }
 

@@ -20,7 +20,8 @@ std::optional<std::chrono::nanoseconds> parse_go_duration(std::string_view s) no
 // RFC 3339 date-time as Anthropic sends it in `anthropic-ratelimit-*-reset`:
 // "2024-05-01T12:34:56Z", with optional fractional seconds (kept to the nanosecond) and "Z" or a
 // "+hh:mm" / "-hh:mm" offset. Dates are validated (month, day of month incl. leap years). Times
-// outside what system_clock::time_point can hold -> nullopt.
+// beyond what system_clock::time_point holds (after 2262 with libstdc++) saturate to its max()
+// (before: min()): a reset that far off means a very long wait, not none.
 std::optional<std::chrono::system_clock::time_point> parse_rfc3339(std::string_view s) noexcept;
 
 // HTTP-date in the three forms RFC 9110 (5.6.7) has recipients accept: IMF-fixdate

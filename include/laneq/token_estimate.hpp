@@ -26,7 +26,7 @@ using PromptEstimator = std::function<std::int64_t(const Request&)>;
 std::int64_t estimate_prompt_tokens(const Request& request);
 
 // prompt (by `prompt_estimator`, or the default) + max_tokens; when max_tokens is 0 (provider
-// default) `default_max_tokens` is reserved instead.
+// default) `default_max_tokens` is reserved instead. Each part is clamped to [0, 2^50].
 TokenEstimate estimate_tokens(const Request& request, std::int64_t default_max_tokens = 4096,
                               const PromptEstimator& prompt_estimator = {});
 

@@ -1,6 +1,9 @@
 // Token estimates: the default prompt estimator and max_tokens reservation.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <limits>
+
 #include "laneq/token_estimate.hpp"
 
 using laneq::Request;
@@ -34,6 +37,15 @@ TEST_CASE("a pluggable prompt estimator replaces the default, never below zero",
   Request r{.messages = {{"user", "hi"}}, .max_tokens = 10};
   CHECK(laneq::estimate_tokens(r, 4096, [](const Request&) { return 42; }).prompt == 42);
   CHECK(laneq::estimate_tokens(r, 4096, [](const Request&) { return -5; }).prompt == 0);
+}
+
+TEST_CASE("an estimate's parts stay within [0, 2^50]: total() cannot overflow", "[tokens]") {
+  Request r{.messages = {{"user", "hi"}}, .max_tokens = 10};
+  const auto infinite = [](const Request&) { return std::numeric_limits<std::int64_t>::max(); };
+  const auto e = laneq::estimate_tokens(r, 4096, infinite);
+  CHECK(e.prompt == std::int64_t{1} << 50);
+  CHECK(e.total() == (std::int64_t{1} << 50) + 10);
+  CHECK(laneq::estimate_tokens(Request{.messages = {{"user", "hi"}}}, -5).completion == 0);
 }
 
 TEST_CASE("non-ASCII text is overestimated, never under", "[tokens]") {
