@@ -1441,10 +1441,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       done(std::error_code{});
       return;
     }
-    // Submits in the intake came before this shutdown, though their burst's drain may not
-    // have reached the strand yet (another thread pushed first): admitted before stopping_,
-    // so a drain runs them rather than failing them with shutting_down.
-    admit_intake();
     stopping_ = true;
     if (!opts.drain) drain_ = false;
     shutdown_waiters_.push_back(std::move(done));

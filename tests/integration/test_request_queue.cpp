@@ -507,7 +507,7 @@ TEST_CASE("a free reserved worker does not park while a critical request waits f
           "when the waiter it took first had expired",
           "[queue][backpressure][reserved]") {
   asio::io_context io;
-  RecordingProvider provider(latency_by_text({{"k0", 30ms}, {"n1", 5s}}));
+  RecordingProvider provider(latency_by_text({{"k0", 30ms}, {"n1", 3s}}));
   laneq::RequestQueue queue(io.get_executor(), provider,
                             {.workers = 2, .reserved_workers = 1, .max_pending = 1});
   queue.start();
@@ -520,7 +520,7 @@ TEST_CASE("a free reserved worker does not park while a critical request waits f
                          done[name] = std::move(r);
                        });
   };
-  submit("n1", Priority::normal, 30s);  // the general worker, 5 s
+  submit("n1", Priority::normal, 30s);  // the general worker, 3 s
   submit("n2", Priority::normal, 30s);  // queued: the queue is full
   run_until(io, [&] { return provider.seen().size() == 1; });
   submit("k0", Priority::critical, 30s);  // the reserved worker, 30 ms
@@ -534,7 +534,7 @@ TEST_CASE("a free reserved worker does not park while a critical request waits f
   run_until(io, [&] { return ended.count("c2") > 0; });
   CHECK(ended["c1"] == errc::timeout);
   CHECK_FALSE(ended["c2"]);
-  CHECK(done["c2"].queue_wait < 2s);  // at once on the reserved worker, not after n1's 5 s
+  CHECK(done["c2"].queue_wait < 2s);  // at once on the reserved worker, not after n1's 3 s
   queue.async_shutdown({.drain = false}, [](std::error_code) {});
   io.run();
 }
@@ -1020,6 +1020,25 @@ TEST_CASE("a stream cut short after it delivered text is not retried: the caller
   CHECK(got == errc::network);
   CHECK(deltas == 2);
   CHECK(provider.calls == 1);
+}
+
+TEST_CASE("a submit made after async_shutdown on the same thread fails with shutting_down and "
+          "never reaches the provider",
+          "[queue][shutdown]") {
+  for (const bool drain : {false, true}) {
+    INFO("drain " << drain);
+    asio::io_context io;
+    laneq::SimulatedProvider provider;
+    laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+    queue.start();
+    io.poll();  // the workers are parked: a request admitted now would start at once
+    std::error_code got;
+    queue.async_shutdown({.drain = drain}, [](std::error_code) {});
+    queue.async_submit(chat(), {}, [&](std::error_code ec, laneq::Response) { got = ec; });
+    io.run();
+    CHECK(got == errc::shutting_down);
+    CHECK(provider.calls() == 0);
+  }
 }
 
 TEST_CASE("shutdown with drain finishes queued work - submits after it fail with shutting_down",
