@@ -538,15 +538,14 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* userp) {
     auto* t = static_cast<curl_transfer*>(userp);
     try {
-      return read_header(*t, std::string_view(data, size * n));
+      return read_header(t, std::string_view(data, size * n));
     } catch (const std::exception& e) {
       t->aborted_why = std::string("reading the response headers failed: ") + e.what();
       return 0;  // abort (CURLE_WRITE_ERROR)
     }
   }
 
-  static std::size_t read_header(curl_transfer& tr, std::string_view line) {
-    auto* t = &tr;
+  static std::size_t read_header(curl_transfer* t, std::string_view line) {
     // Our bound (max_header_bytes), below curl's: a response this broken is malformed.
     t->header_bytes += line.size();
     if (t->header_bytes > max_header_bytes) {
