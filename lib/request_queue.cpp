@@ -1183,7 +1183,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // It comes before the refund and the server's counts: either may grant a waiter at once,
     // which would then call straight into the 429 (even when this request was resolved
     // meanwhile, the server's answer holds for the others).
-    if (d.pause_all) lim.pause_for(std::min(d.pause, cfg_.retry.retry_after_limit()));
+    const auto held = d.pause_all ? std::min(d.pause, cfg_.retry.retry_after_limit())
+                                  : std::chrono::nanoseconds{0};
+    if (d.pause_all) lim.pause_for(held);
     // The refund and the server's view in one step: a refund alone could grant a waiter that
     // the same answer's exhausted bucket holds. An exhausted bucket holds every start no longer
     // than a request would wait for its own retry (the next start asks the server again).
@@ -1224,10 +1226,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->durable && op->durable->row > 0) journal_->release(op->durable->row);
     if (stopping_ && !drain_)  // no new attempt: it ends as one waiting for its retry does
       return finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
-    if (d.pause_all && d.delay <= d.pause) {
+    if (d.pause_all && d.delay <= held) {
       // The limiter's pause holds every start until `at`: back to its place at once, so it goes
       // before requests queued behind it, not after those taken while it waited. (A request
-      // that waits longer than the others, for a bucket it alone does not fit, waits below.)
+      // that waits longer than the others, for a bucket it alone does not fit, or longer than
+      // the pause max_retry_after allows the others, waits below.)
       requeue(op);
       hand_out();
       return;

@@ -231,6 +231,34 @@ TEST_CASE("max_retry_after = 0 holds no start for an exhausted bucket", "[queue]
   CHECK(held_after_exhausted("0s", 0ms) < 500ms);
 }
 
+TEST_CASE("a backoff retry after a 429 without retry-after waits its whole backoff, also when "
+          "max_retry_after is shorter (it bounds the server's word and the others' pause)",
+          "[queue][limits][retry]") {
+  for (const auto cap : {0ms, 300ms}) {
+    INFO("max_retry_after " << cap.count() << " ms");
+    asio::io_context io;
+    TimedProvider provider({.latency = 1ms});
+    for (int i = 0; i < 2; ++i) provider.inner.script({.error = errc::rate_limited, .status = 429});
+    // full jitter at 0.5 of a 2 s base: each backoff is 1 s
+    laneq::RequestQueue queue(
+        io.get_executor(), provider,
+        {.workers = 1,
+         .retry = {.max_attempts = 3, .base_delay = 2s, .max_delay = 2s, .max_retry_after = cap},
+         .random = [] { return 0.5; }});
+    queue.start();
+    run(io, [&]() -> asio::awaitable<void> {
+      auto [e, r] = co_await queue.async_submit(chat("A"), {.timeout = 20s}, tuple_awaitable);
+      CHECK_FALSE(e);
+      co_await queue.shutdown();
+    });
+    const auto seen = provider.starts();
+    REQUIRE(seen.size() == 3);
+    // (it went out again at once with a cap of 0, after the cap with 300 ms)
+    CHECK(seen[1].second - seen[0].second >= 1s);
+    CHECK(seen[2].second - seen[1].second >= 1s);
+  }
+}
+
 TEST_CASE("a retry queued again after a 429 is not cancelled by total (calls were made), "
           "by partial it is",
           "[queue][cancel][retry]") {
