@@ -469,13 +469,13 @@ void limiter_state::take_server_view(const RateLimitInfo& info, std::chrono::nan
   const std::array<const RateLimitInfo::Bucket*, k_count> buckets = {
       &info.requests, &info.tokens, &info.input_tokens, &info.output_tokens};
   const bool per_minute = limits.period == std::chrono::minutes(1);
+  const bool split = info.input_tokens.limit || info.output_tokens.limit;
   if (limits.adopt_server_limits) {
     // The server's limits, up or down; a kind the config left at 0 gets a budget of its own,
     // except a combined tokens one where the server states input and output limits apart:
     // Anthropic's tokens headers show the most restrictive of those, not an input + output
     // budget.
     RateLimits adopted = limits;
-    const bool split = info.input_tokens.limit || info.output_tokens.limit;
     for (std::size_t k = 0; k < k_count; ++k) {
       const auto& b = *buckets[k];
       if (!b.limit || *b.limit <= 0) continue;
@@ -511,6 +511,9 @@ void limiter_state::take_server_view(const RateLimitInfo& info, std::chrono::nan
     // `remaining` counts the server's minute; it only compares with a per-minute budget. An
     // exhausted bucket with a reset paused above; without one (missing, unreadable) the
     // budget is spent instead, so its units come back within the minute.
+    // (Not a combined tokens budget from Anthropic's tokens headers beside input and output
+    // ones: they show the most restrictive of those, not what input + output has left.)
+    if (k == k_tokens && split) continue;
     if (b.remaining && (*b.remaining > 0 || !b.reset_after) && per_minute)
       budgets.lower_remaining(i, *b.remaining, now);
   }

@@ -813,6 +813,16 @@ TEST_CASE("server limits are adopted only with adopt_server_limits, scaled to th
     CHECK(snap.budgets[2].name == "output_tokens");
     CHECK(lim.fits({.requests = 1, .input_tokens = 20000, .output_tokens = 4000}));
   }
+  SECTION("Anthropic's tokens remaining (its most restrictive bucket) does not lower a "
+          "configured combined tokens budget") {
+    RateLimiter lim(io.get_executor(), {.tokens = 48000});
+    lim.observe({{"anthropic-ratelimit-input-tokens-limit", "40000"},
+                 {"anthropic-ratelimit-input-tokens-remaining", "39000"},
+                 {"anthropic-ratelimit-output-tokens-limit", "8000"},
+                 {"anthropic-ratelimit-output-tokens-remaining", "1000"},
+                 {"anthropic-ratelimit-tokens-remaining", "1000"}});
+    CHECK(lim.snapshot().budgets.at(0).available == 48000);  // not 1,000
+  }
   SECTION("on: an absurd limit is capped, not overflowed") {
     RateLimiter lim(io.get_executor(), {.tokens = 1000, .period = 10min,
                                         .adopt_server_limits = true});
