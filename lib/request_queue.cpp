@@ -404,7 +404,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       // The provider heard the cancel; its slot handler must not keep its call state alive
       // (which holds the worker's frame, which holds this impl) if the context never runs again.
       w->signal.slot().clear();
-      if (w->parked) {  // its frame (and its reference to this impl) goes now
+      // Its frame (and its reference to this impl) is let go: Asio 1.22 posts the frame's
+      // destruction, so it goes when the context next runs, or with the context.
+      if (w->parked) {
         w->parked.reset();
         --workers_alive_;
       }
@@ -1191,6 +1193,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // than a request would wait for its own retry (the next start asks the server again).
     lim.settle(ticket, estimate, actual_cost(ec, resp, estimate), info,
                cfg_.retry.retry_after_limit());
+    // (Counted also for a request resolved meanwhile: the provider's answer was still a 429.)
+    if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
+        ec == errc::overloaded)
+      metrics_.rate_limited(op->lane, op->client_ref);
     if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
     resp.attempts = op->attempts;
@@ -1209,23 +1215,20 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                       detail::delta_threw(std::move(resp), thrown));
       }
     }
-    if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
-        ec == errc::overloaded)
-      metrics_.rate_limited(op->lane, op->client_ref);
     if (!d.retry || streamed)
       return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
     const auto at = steady::now() + d.delay;
     if (at >= op->deadline) {  // the retry could not finish in time: fail now, with the cause
-      op->timed_out = true;
       return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::in_flight,
                     std::move(resp));
     }
     last_errors_.insert_or_assign(op, retry_info{std::move(resp), at});
+    // (finish releases a durable row itself)
+    if (stopping_ && !drain_)  // no new attempt: it ends as one waiting for its retry does
+      return finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
     // Out of its call until the retry starts: a run that ends meanwhile did not end inside it
     // (the journal counts in-flight rows at a restart as interrupted).
     if (op->durable && op->durable->row > 0) journal_->release(op->durable->row);
-    if (stopping_ && !drain_)  // no new attempt: it ends as one waiting for its retry does
-      return finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
     if (d.pause_all && d.delay <= held) {
       // The limiter's pause holds every start until `at`: back to its place at once, so it goes
       // before requests queued behind it, not after those taken while it waited. (A request
@@ -1416,7 +1419,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       op_ptr op = w->current;
       if (!op || op->st != state::in_flight) continue;
       if (op->deadline <= now) {
-        op->timed_out = true;
         fail_call(*w, errc::timeout, Metrics::Outcome::expired);
       } else {
         next = std::min(next, op->deadline);

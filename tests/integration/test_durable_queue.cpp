@@ -123,20 +123,21 @@ class ManualProvider final : public laneq::Provider {
   }
   const char* name() const noexcept override { return "manual"; }
 
-  // Answers every call made so far and not answered yet: 200 "manual" (posted, never inline).
-  void answer_all() {
+  // Answers every call made so far and not answered yet: 200 "manual" (posted, never inline),
+  // or the error given.
+  void answer_all(std::error_code error = {}, int status = 200) {
     std::vector<Call> calls;
     {
       std::lock_guard lock(mu_);
       calls.swap(open_);
     }
     for (auto& c : calls)
-      asio::post(c.executor, [done = std::move(c.done)]() mutable {
+      asio::post(c.executor, [done = std::move(c.done), error, status]() mutable {
         laneq::Response r;
-        r.status = 200;
-        r.text = "manual";
+        r.status = status;
+        if (!error) r.text = "manual";
         r.usage = {.input_tokens = 3, .output_tokens = 4};
-        done({}, std::move(r));
+        done(error, std::move(r));
       });
   }
   std::vector<std::string> ids() const {
@@ -894,6 +895,32 @@ TEST_CASE("shutdown without drain leaves queued durable requests pending - their
   CHECK(next.reports.size() == 3);
   for (const char* id : {"s2", "s3", "e1"}) CHECK_FALSE(next.reports.only(id).ec);
   for (const auto& rec : list_wait(*next.queue.journal())) CHECK(rec.state == JournalState::succeeded);
+}
+
+TEST_CASE("a retryable failure that comes back after shutdown without drain leaves its row "
+          "pending, released once",
+          "[durable][shutdown][retry]") {
+  TempDir dir("laneq-durable");
+  asio::io_context io;
+  ManualProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .journal = {.path = dir.file("q.db")}});
+  provider.on_call = [&] {  // in flight: stop, then the call fails with a 500 (retryable)
+    queue.async_shutdown({.drain = false}, [](std::error_code ec) { CHECK_FALSE(ec); });
+    provider.answer_all(errc::server_error, 500);
+  };
+  std::error_code got;
+  run(io, [&]() -> asio::awaitable<void> {
+    queue.start();
+    auto [ec, r] = co_await queue.async_submit(request("r1"), {.durable = true}, tuple_awaitable);
+    got = ec;
+  });
+  CHECK(got == errc::shutting_down);  // no new attempt after the stop
+  CHECK(provider.calls() == 1);
+  const auto left = list_wait(*queue.journal());
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].state == JournalState::pending);  // the next run does it
+  CHECK(queue.journal()->stats().released == 1);  // (it was released twice)
 }
 
 TEST_CASE("a queue destroyed with durable requests - in flight, queued, acknowledged - leaves their "

@@ -857,15 +857,39 @@ class StubbornProvider final : public laneq::Provider {
     timer->async_wait([this, &r, timer, done = std::move(done)](std::error_code) mutable {
       read.push_back(r.messages.at(0).content);
       laneq::Response resp;
-      resp.status = 200;
-      done({}, std::move(resp));
+      resp.status = status;
+      done(error, std::move(resp));
     });
   }
   const char* name() const noexcept override { return "stubborn"; }
   std::vector<std::string> read;  // on the queue's strand only
+  std::error_code error{};        // what it answers
+  int status = 200;
 };
 
 }  // namespace
+
+TEST_CASE("a 429 that comes back after its request timed out is still counted as rate limited",
+          "[queue][metrics][retry]") {
+  asio::io_context io;
+  StubbornProvider provider;
+  provider.error = errc::rate_limited;
+  provider.status = 429;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  std::error_code got;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [e, r] = co_await queue.async_submit(chat("A"), {.timeout = 100ms}, tuple_awaitable);
+    got = e;
+    co_await queue.shutdown({.drain = true});  // waits for the call's answer
+  });
+  CHECK(got == errc::timeout);
+  CHECK(provider.read.size() == 1);
+  const auto snap = queue.metrics();
+  CHECK(snap.total.rate_limited == 1);  // the provider's answer, though nobody waited for it
+  CHECK(snap.total.expired == 1);
+  CHECK(snap.limiters.at(0).pauses == 1);
+}
 
 TEST_CASE("a request resolved while its call runs stays alive for the provider until it answers",
           "[queue][cancel][lifetime]") {

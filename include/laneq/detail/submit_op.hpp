@@ -193,7 +193,6 @@ struct submit_op_base {
   // it, so it is packed: no padding, and one slot for the links no two states need at once.
   state st = state::created;
   bool cancel_requested = false;
-  bool timed_out = false;
   bool deliver_result = true;  // false: the handler is dropped uncalled (a failed enqueue)
   std::uint8_t attempts = 0;   // provider calls made (RetryPolicy::max_attempts <= 100)
   // Resolved by someone else (cancel, deadline, shutdown) while a worker still has it: the
@@ -439,12 +438,14 @@ class submit_op final : public submit_op_base {
       // The handler's remains and its executor end here, on the handler's executor, whoever
       // lets go of the memory: a late last holder (on the queue's strand) must not destroy a
       // coroutine's strand whose io_context may be gone by then.
-      auto work = std::move(b_.work);  // keep the context busy until the handler has run
+      // (The work guard ends with this block, before the handler runs: we run on the
+      // handler's executor, whose context is busy running us anyway.)
+      auto work = std::move(b_.work);
       b_.~bound();
       if (release_before_handler()) deallocate_self();
     } else {
       if (release_before_handler()) {
-        auto work = std::move(b_.work);  // keep the context busy until the handler has run
+        auto work = std::move(b_.work);  // (ends with this block, as above)
         give_back();
       }
     }
