@@ -3,17 +3,21 @@
 // scripted and random fault injection, /stats, and the laneq-mock-api program.
 #include <catch2/catch.hpp>
 
+#include <poll.h>
 #include <signal.h>
 
 #include <chrono>
 #include <future>
 #include <limits>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/write.hpp>
 #include <nlohmann/json.hpp>
 
 #include "laneq/rate_limit_headers.hpp"
@@ -1035,6 +1039,141 @@ TEST_CASE("laneq-mock-api prints its port, answers, and exits cleanly on SIGTERM
   child.signal(SIGTERM);
   CHECK(child.exit_code(10s) == 0);
   CHECK(child.read_stdout(false, 1s).empty());  // exactly one line
+}
+
+// --- stream pacing, 429 headers, bounds --------------------------------------------------
+
+TEST_CASE("the stream chunk delay is between events: the last goes out with the body's end, and "
+          "a client that closes once it has it did not cut the call short",
+          "[mock][stream]") {
+  MockServerThread server({.stream_chunk_delay = 300ms, .completion_tokens = 2});
+  HttpClient c(server.port());
+  auto body = openai_body();
+  body["stream"] = true;
+  c.send("POST", chat_path, with(openai_auth(), {{"content-type", "application/json"}}),
+         body.dump());
+  REQUIRE(c.read_until_contains("data: [DONE]"));
+  c.close();  // at once: the answer is complete
+  REQUIRE(server.wait_stats([](const json& s) { return s["in_flight"] == 0; }));
+  const auto stats = server.stats();
+  // (the server used to wait one more delay after [DONE]: the close came during it)
+  CHECK(stats["connections"]["closed_in_flight"] == 0);
+  CHECK(stats["usage"]["completion_tokens"] == 2);
+}
+
+TEST_CASE("a cut stream's events are paced by the chunk delay too", "[mock][stream]") {
+  MockServerThread server({.stream_chunk_delay = 300ms, .completion_tokens = 4});
+  server.script(laneq::mock::outcomes_from_json(json::parse(R"([{"kind":"stream_cut"}])")));
+  HttpClient c(server.port());
+  auto body = anthropic_body();
+  body["stream"] = true;
+  c.send("POST", messages_path, with(anthropic_auth(), {{"content-type", "application/json"}}),
+         body.dump());
+  const auto head = c.read_head();
+  REQUIRE(head.status == 200);
+  const auto t0 = std::chrono::steady_clock::now();
+  c.read_until_closed();
+  // message_start, content_block_start and 4 deltas at least before the cut: 5 delays between
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 5 * 300ms - 50ms);  // (the head went out with the first event)
+}
+
+TEST_CASE("no-headers-on-429 leaves rate-limit and retry-after headers off every 429, not only "
+          "a bucket's",
+          "[mock][rate_limit]") {
+  MockServerThread server({.rpm = 100, .rate_limit_headers_on_429 = false,
+                           .insufficient_quota_rate = 1.0});
+  HttpClient c(server.port());
+  auto r = c.post(chat_path, openai_body(), openai_auth());
+  REQUIRE(r.status == 429);
+  CHECK(r.json()["error"]["code"] == "insufficient_quota");
+  CHECK_FALSE(r.header("x-ratelimit-limit-requests"));
+  server.script(laneq::mock::outcomes_from_json(
+      json::parse(R"([{"kind":"insufficient_quota","retry_after":5},{"status":503,"retry_after":5}])")));
+  r = c.post(chat_path, openai_body(), openai_auth());
+  REQUIRE(r.status == 429);
+  CHECK_FALSE(r.header("retry-after"));
+  CHECK_FALSE(r.header("x-ratelimit-limit-requests"));
+  r = c.post(chat_path, openai_body(), openai_auth());  // not a 429: its retry-after stays
+  REQUIRE(r.status == 503);
+  CHECK(r.header("retry-after") == "5");
+}
+
+TEST_CASE("a request no bucket could ever hold is refused naming that bucket, even while "
+          "another is only empty for now",
+          "[mock][rate_limit]") {
+  MockServerThread server({.rpm = 1, .tpm = 100});
+  HttpClient c(server.port());
+  REQUIRE(c.post(chat_path, openai_body(), openai_auth()).status == 200);  // requests now empty
+  auto big = openai_body();
+  big["max_tokens"] = 500;
+  const auto r = c.post(chat_path, big, openai_auth());
+  REQUIRE(r.status == 429);
+  const std::string message = r.json()["error"]["message"];
+  INFO(message);
+  CHECK(message.find("Limit 100") != std::string::npos);  // the tokens bucket, not "Limit 1"
+  CHECK(message.find("(TPM)") != std::string::npos);
+}
+
+TEST_CASE("an answer to HEAD has no body, so the next answer on the connection reads right",
+          "[mock][http]") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  c.send("HEAD", "/stats");
+  const auto head = c.read_head();  // 405: /stats is GET only
+  CHECK(head.status == 405);
+  CHECK(head.header("content-length"));  // the size a GET would get...
+  CHECK(c.request("GET", "/stats").status == 200);  // ...but no bytes of it
+}
+
+TEST_CASE("a request with both Transfer-Encoding and Content-Length is answered, then the "
+          "connection closes",
+          "[mock][http]") {
+  MockServerThread server;
+  HttpClient c(server.port());
+  const std::string body = openai_body().dump();
+  std::ostringstream chunked;
+  chunked << std::hex << body.size() << "\r\n" << body << "\r\n0\r\n\r\n";
+  c.send("POST", chat_path,
+         with(openai_auth(), {{"content-type", "application/json"},
+                              {"transfer-encoding", "chunked"},
+                              {"content-length", "3"}}),
+         chunked.str());
+  const auto r = c.read_response();
+  CHECK(r.status == 200);
+  CHECK(r.header("connection") == "close");
+  CHECK(c.read_until_closed() == asio::error::eof);
+}
+
+TEST_CASE("a client that keeps sending while its answer is delayed does not grow the server's "
+          "memory: beyond one request's worth, the server stops reading",
+          "[mock][http]") {
+  MockServerThread server({.latency = 3s, .max_body_bytes = 1024});
+  asio::io_context io;
+  asio::ip::tcp::socket s(io);
+  s.connect({asio::ip::make_address_v4("127.0.0.1"), server.port()});
+  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                              "authorization: Bearer k\r\ncontent-type: application/json\r\n"
+                              "content-length: " + std::to_string(openai_body().dump().size()) +
+                              "\r\n\r\n" + openai_body().dump();
+  asio::write(s, asio::buffer(request));
+  s.non_blocking(true);
+  const std::string junk(64 * 1024, 'x');
+  std::size_t sent = 0;
+  const std::size_t cap = 64u << 20;
+  while (sent < cap) {
+    std::error_code ec;
+    const auto n = s.write_some(asio::buffer(junk), ec);
+    sent += n;
+    if (ec == asio::error::would_block) {
+      pollfd p{s.native_handle(), POLLOUT, 0};
+      if (::poll(&p, 1, 500) == 0) break;  // no room for half a second: nobody reads
+    } else if (ec) {
+      FAIL("write: " << ec.message());
+    }
+  }
+  INFO("sent " << sent << " bytes");
+  CHECK(sent < 32u << 20);  // kernel buffers and one request's worth; it used to take all 64 MiB
 }
 
 TEST_CASE("laneq-mock-api rejects bad flags with a message and exit code 2") {

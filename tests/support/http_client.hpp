@@ -178,6 +178,15 @@ class HttpClient {
     r.complete = true;
   }
 
+  // Reads until the bytes received and not consumed yet contain `needle` (false: the connection
+  // ended first).
+  bool read_until_contains(std::string_view needle) {
+    std::error_code ec;
+    while (in_.find(needle) == std::string::npos)
+      if (!read_more(ec)) return false;
+    return true;
+  }
+
   // Reads until the server closes the connection; returns how it ended (eof, connection_reset).
   std::error_code read_until_closed() {
     std::error_code ec;

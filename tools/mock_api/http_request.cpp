@@ -51,6 +51,10 @@ std::string_view HttpRequest::path() const {
 }
 
 bool HttpRequest::keep_alive() const {
+  // Transfer-Encoding beside Content-Length, or in HTTP/1.0: the framing is in doubt (request
+  // smuggling), so the connection closes after the answer (RFC 9112 6.1, 6.3).
+  if (header("transfer-encoding") && (header("content-length") || minor_version == 0))
+    return false;
   const auto connection = header("connection");
   if (minor_version >= 1) return !(connection && has_token(*connection, "close"));
   return connection && has_token(*connection, "keep-alive");

@@ -30,6 +30,7 @@ struct HttpRequest {
   }
   std::string_view path() const;  // target without the query
   // HTTP/1.1 keeps the connection unless "Connection: close"; 1.0 only with "keep-alive".
+  // Never with Transfer-Encoding beside Content-Length, or Transfer-Encoding in HTTP/1.0.
   bool keep_alive() const;
 };
 
@@ -47,6 +48,12 @@ class RequestParser {
   // "Expect: 100-continue" and the body is still to come: the client waits for an interim 100.
   bool expects_continue() const noexcept { return expect_continue_; }
   HttpRequest take();  // resets the parser for the next request
+
+  // The most bytes one request may take on the wire before parse() fails it: head, body,
+  // chunk framing and trailers.
+  static constexpr std::size_t max_wire_bytes(std::size_t max_body_bytes) noexcept {
+    return 2 * max_head_bytes + max_framing_bytes + max_body_bytes;
+  }
 
   // After `error`: the status to answer with (400, 413, 431 or 501) and why.
   int error_status() const noexcept { return error_status_; }

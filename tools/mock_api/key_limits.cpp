@@ -72,18 +72,19 @@ std::optional<Rejection> KeyLimits::take(const Charge& charge, SteadyTime now) {
                {tokens_, charge.tokens, "tokens"},
                {input_, charge.input_tokens, "input_tokens"},
                {output_, charge.output_tokens, "output_tokens"}};
+  const auto counts = [](const auto& p) { return p.bucket.limited() && p.amount > 0; };
+  // A charge some bucket can never hold is refused naming that bucket (not the first one that
+  // is only short for now).
+  for (const auto& p : parts)
+    if (counts(p) && !p.bucket.wait_for(p.amount, now))
+      return Rejection{p.name, p.bucket.limit(), p.amount, std::nullopt};
   for (const auto& p : parts) {
-    if (!p.bucket.limited() || p.amount <= 0) continue;
-    const auto wait = p.bucket.wait_for(p.amount, now);
-    if (!wait || wait->count() > 0) {
+    if (!counts(p)) continue;
+    if (const auto wait = *p.bucket.wait_for(p.amount, now); wait.count() > 0) {
       // Report when the whole charge fits: the longest wait over every bucket.
-      std::optional<std::chrono::nanoseconds> retry = wait;
-      for (const auto& q : parts) {
-        if (!retry) break;
-        if (!q.bucket.limited() || q.amount <= 0) continue;
-        const auto w = q.bucket.wait_for(q.amount, now);
-        retry = w ? std::optional(std::max(*retry, *w)) : std::nullopt;
-      }
+      auto retry = wait;
+      for (const auto& q : parts)
+        if (counts(q)) retry = std::max(retry, *q.bucket.wait_for(q.amount, now));
       return Rejection{p.name, p.bucket.limit(), p.amount, retry};
     }
   }

@@ -1,5 +1,6 @@
 #include "mock_api/mock_server.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -139,6 +140,8 @@ class Session {
       }
       continue_sent = body_awaited = false;
       const HttpRequest request = parser.take();
+      // (after a large request: not its whole size kept for the connection's life)
+      if (in_.capacity() > (1u << 20) && in_.size() < in_.capacity() / 4) in_.shrink_to_fit();
       if (!co_await serve(request)) co_return;
     }
   }
@@ -156,7 +159,7 @@ class Session {
       switch (plan.kind) {
         case Plan::Kind::reply:
           if (plan.events.empty())
-            w = co_await send_body(plan);
+            w = co_await send_body(plan, request.method == "HEAD");
           else
             w = co_await send_stream(plan);
           delivered = w == Wait::elapsed;
@@ -198,53 +201,65 @@ class Session {
     return plan.unframed ? event : body_chunk(event);
   }
 
-  asio::awaitable<Wait> send_body(const Plan& plan) {
+  // (An answer to HEAD has the head alone: its content-length is the body a GET would get.)
+  asio::awaitable<Wait> send_body(const Plan& plan, bool head_only) {
     count_status(plan);
     std::string out = response_head(plan.status, plan.headers, plan.body.size(), plan.close);
-    out += plan.body;
+    if (!head_only) out += plan.body;
     co_return co_await write(out);
   }
 
   asio::awaitable<Wait> send_stream(const Plan& plan) {
     count_status(plan);
-    std::string out =
-        response_head(plan.status, plan.headers, std::nullopt, plan.close, !plan.unframed);
-    if (plan.chunk_delay.count() <= 0) {
-      for (const auto& e : plan.events) out += frame(plan, e);
-      if (!plan.unframed) out += last_chunk;
-      co_return co_await write(out);
-    }
-    for (const auto& e : plan.events) {
-      out += frame(plan, e);
-      if (const auto w = co_await write(out); w != Wait::elapsed) co_return w;
-      out.clear();
-      if (const auto w = co_await wait(plan.chunk_delay); w != Wait::elapsed) co_return w;
-    }
-    if (plan.unframed) co_return Wait::elapsed;  // the close ends it
-    co_return co_await write(last_chunk);
+    co_return co_await send_events(plan, plan.events.size(), true);
   }
 
   // Head and the first part of the answer: half the body, or the first partial_events events.
   asio::awaitable<Wait> send_partial(const Plan& plan) {
     count_status(plan);
-    std::string out;
-    if (plan.events.empty()) {
-      out = response_head(plan.status, plan.headers, plan.body.size(), plan.close);
-      out.append(plan.body, 0, plan.body.size() / 2);
-    } else {
-      out = response_head(plan.status, plan.headers, std::nullopt, plan.close, !plan.unframed);
-      for (std::size_t i = 0; i < plan.partial_events && i < plan.events.size(); ++i)
-        out += frame(plan, plan.events[i]);
+    if (!plan.events.empty())
+      co_return co_await send_events(plan, std::min(plan.partial_events, plan.events.size()),
+                                     false);
+    std::string out = response_head(plan.status, plan.headers, plan.body.size(), plan.close);
+    out.append(plan.body, 0, plan.body.size() / 2);
+    co_return co_await write(out);
+  }
+
+  // The head and the first `n` events, chunk_delay apart (the delay is between events: the
+  // last goes out with the body's end when `end`, so a client that has its answer may close at
+  // once without being a call cut short). An unframed stream's end is the close.
+  asio::awaitable<Wait> send_events(const Plan& plan, std::size_t n, bool end) {
+    std::string out =
+        response_head(plan.status, plan.headers, std::nullopt, plan.close, !plan.unframed);
+    const bool paced = plan.chunk_delay.count() > 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i > 0 && paced) {
+        if (const auto w = co_await wait(plan.chunk_delay); w != Wait::elapsed) co_return w;
+      }
+      out += frame(plan, plan.events[i]);
+      if (paced && i + 1 < n) {
+        if (const auto w = co_await write(out); w != Wait::elapsed) co_return w;
+        out.clear();
+      }
     }
+    if (end && !plan.unframed) out += last_chunk;
     co_return co_await write(out);
   }
 
   // Waits `d`, watching the connection: a client that closes meanwhile is noticed at once
-  // (a cancelled call), and bytes that arrive (a pipelined request) are kept.
+  // (a cancelled call), and bytes that arrive (a pipelined request) are kept - up to the
+  // largest request the parser takes; beyond that the timer alone is awaited (what the client
+  // sends waits in the kernel), so a client cannot grow this connection's memory for ever.
   asio::awaitable<Wait> wait(std::chrono::nanoseconds d) {
     using namespace asio::experimental::awaitable_operators;
     timer_.expires_after(d);
+    const auto max_kept =
+        RequestParser::max_wire_bytes(core_->responder.config().max_body_bytes);
     for (;;) {
+      if (in_.size() >= max_kept) {
+        auto [ec] = co_await timer_.async_wait(use_tuple);
+        co_return stopped_ || ec ? Wait::stopped : Wait::elapsed;
+      }
       auto r = co_await (timer_.async_wait(use_tuple) ||
                          socket_.async_wait(tcp::socket::wait_read, use_tuple));
       if (stopped_) co_return Wait::stopped;

@@ -363,8 +363,10 @@ Plan Responder::plan_api_call(const HttpRequest& request, SteadyTime now, System
       break;
   }
   if (forced && !forced->rate_limit_headers) rate_headers = false;
+  // Every 429 (a quota, a too-large request, a scripted status too), not only a bucket's.
+  if (p.status == 429 && !cfg.rate_limit_headers_on_429) rate_headers = false;
   // A scripted retry-after on another error (a 503, a 529): servers send it there too.
-  if (forced && kind != OutcomeKind::rate_limit && forced->rate_limit_headers && p.status >= 400)
+  if (forced && kind != OutcomeKind::rate_limit && rate_headers && p.status >= 400)
     add_retry_after(std::nullopt, std::nullopt);
 
   p.headers.emplace_back("content-type", p.events.empty() ? "application/json" : "text/event-stream");
