@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <netdb.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -45,6 +46,9 @@ struct StuckLookups {
   }
 };
 StuckLookups stuck;
+// When the last .slow-dns.test lookup returned (the resolver thread's oversleep is not the
+// transport's).
+std::atomic<std::chrono::steady_clock::time_point> slow_lookup_returned{};
 
 }  // namespace
 
@@ -69,7 +73,9 @@ extern "C" [[gnu::visibility("default")]] int getaddrinfo(const char* node, cons
   };
   if (node != nullptr && std::string_view(node).ends_with(".slow-dns.test")) {
     std::this_thread::sleep_for(256ms);  // a DNS server that takes its time (curl's thread)
-    return numeric("127.0.0.1", res);
+    const int rc = numeric("127.0.0.1", res);
+    slow_lookup_returned = std::chrono::steady_clock::now();
+    return rc;
   }
   if (node != nullptr && std::string_view(node).ends_with(".dual-dns.test")) {
     addrinfo* v6 = nullptr;
@@ -179,8 +185,17 @@ TEST_CASE("a name that resolves to ::1 then 127.0.0.1 reaches an IPv4-only serve
   CHECK(transport.in_flight() == 0);
 }
 
+// A bound on real time with at most 250 ms of room by design (the bug it catches is curl's
+// 250 ms back-off): checked by the plain build, hidden under the sanitizers ("[.]"), whose
+// slower exchange and stalls eat that room; the stuck-lookup tests run the same wake-up path
+// under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LANEQ_NOT_UNDER_SANITIZERS "[.]"
+#else
+#define LANEQ_NOT_UNDER_SANITIZERS ""
+#endif
 TEST_CASE("a connection waits for a slow name lookup no longer than the lookup takes",
-          "[transport][dns]") {
+          "[transport][dns]" LANEQ_NOT_UNDER_SANITIZERS) {
   // curl's resolver thread wakes curl through a socket pair; unwatched, curl only looked at the
   // lookup on its back-off timer (1, 3, 7 ... 255 ms, then every 250 ms): 256 ms became 505.
   laneq::mock::MockServerThread mock;
@@ -188,13 +203,16 @@ TEST_CASE("a connection waits for a slow name lookup no longer than the lookup t
   laneq::CurlTransport transport(io.get_executor());
   const std::string url = "http://api.slow-dns.test:" + std::to_string(mock.port()) + "/stats";
   std::chrono::steady_clock::duration took{};
+  std::chrono::steady_clock::time_point done{};
   laneq::test::run(io, [&]() -> asio::awaitable<void> {
     const auto t0 = std::chrono::steady_clock::now();
     laneq::HttpRequest get{.method = "GET", .url = url};
     auto [ec, r] = co_await laneq::async_http(transport, std::move(get), tuple_awaitable);
-    took = std::chrono::steady_clock::now() - t0;
+    done = std::chrono::steady_clock::now();
+    took = done - t0;
     CHECK_FALSE(ec);
   });
   CHECK(took >= 256ms);
-  CHECK(took < 490ms);  // the lookup's 256 ms, and up to 234 ms for the rest of the exchange
+  // The rest of the exchange after the lookup returned: the back-off made it ~250 ms more.
+  CHECK(done - slow_lookup_returned.load() < 200ms);
 }

@@ -239,11 +239,12 @@ TEST_CASE("a backoff retry after a 429 without retry-after waits its whole backo
     asio::io_context io;
     TimedProvider provider({.latency = 1ms});
     for (int i = 0; i < 2; ++i) provider.inner.script({.error = errc::rate_limited, .status = 429});
-    // full jitter at 0.5 of a 2 s base: each backoff is 1 s
+    // full jitter at 0.5 of a 1.2 s base: each backoff is 600 ms
     laneq::RequestQueue queue(
         io.get_executor(), provider,
         {.workers = 1,
-         .retry = {.max_attempts = 3, .base_delay = 2s, .max_delay = 2s, .max_retry_after = cap},
+         .retry = {.max_attempts = 3, .base_delay = 1200ms, .max_delay = 1200ms,
+                   .max_retry_after = cap},
          .random = [] { return 0.5; }});
     queue.start();
     run(io, [&]() -> asio::awaitable<void> {
@@ -254,8 +255,8 @@ TEST_CASE("a backoff retry after a 429 without retry-after waits its whole backo
     const auto seen = provider.starts();
     REQUIRE(seen.size() == 3);
     // (it went out again at once with a cap of 0, after the cap with 300 ms)
-    CHECK(seen[1].second - seen[0].second >= 1s);
-    CHECK(seen[2].second - seen[1].second >= 1s);
+    CHECK(seen[1].second - seen[0].second >= 600ms);
+    CHECK(seen[2].second - seen[1].second >= 600ms);
   }
 }
 
@@ -495,11 +496,12 @@ TEST_CASE("a retried request whose deadline passes while it waits to retry times
   for (int i = 0; i < 20; ++i) provider.script({.error = errc::server_error, .status = 502});
   laneq::RequestQueue queue(
       io.get_executor(), provider,
-      {.workers = 1, .retry = {.max_attempts = 20, .base_delay = 40ms, .max_delay = 40ms},
+      {.workers = 1, .retry = {.max_attempts = 20, .base_delay = 400ms, .max_delay = 400ms},
        .random = [] { return 0.99; }});
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
-    auto [ec, r] = co_await queue.async_submit(chat(), {.timeout = 200ms}, tuple_awaitable);
+    // (~5 attempts in 2 s; a stall only lowers the count, and 2 s leaves room for the second)
+    auto [ec, r] = co_await queue.async_submit(chat(), {.timeout = 2s}, tuple_awaitable);
     CHECK(ec == errc::timeout);
     CHECK(r.status == 502);
     CHECK(r.attempts >= 2);

@@ -879,13 +879,13 @@ TEST_CASE("io_context::run() returns as soon as nobody waits: no lingering timer
   CHECK(lim.snapshot().waiting == 0);
 }
 
-TEST_CASE("four threads, four strands, 200 acquires: no window holds more than the budget",
+TEST_CASE("four threads, four strands, 100 acquires: no window holds more than the budget",
           "[limiter][threads]") {
   constexpr int limit = 25;
-  constexpr auto period = 200ms;
-  // Four threads share two cores here (under TSan too): a completion may run tens of ms after
-  // its grant.
-  constexpr auto slack = 60ms;
+  constexpr auto period = 1s;
+  // Four threads share two cores here (under TSan too): a completion may run hundreds of ms
+  // after its grant (the window arithmetic itself is tested exactly in test_rate_budget).
+  constexpr auto slack = 400ms;
   asio::io_context io(4);
   RateLimiter lim(io.get_executor(), {.requests = limit, .period = period});
   std::mutex mu;
@@ -898,7 +898,7 @@ TEST_CASE("four threads, four strands, 200 acquires: no window holds more than t
       asio::co_spawn(
           strand,
           [&, strand, c]() -> asio::awaitable<void> {
-            for (int i = 0; i < 10; ++i) {
+            for (int i = 0; i < 5; ++i) {
               auto [ec, t] = co_await lim.async_acquire({}, c % 2, tuple_awaitable);
               if (ec || t == 0) ++failures;
               if (!strand.running_in_this_thread()) ++off_strand;
@@ -918,14 +918,14 @@ TEST_CASE("four threads, four strands, 200 acquires: no window holds more than t
   CHECK(finished == 20);
   CHECK(failures == 0);
   CHECK(off_strand == 0);  // completions run on the awaiting coroutine's strand
-  REQUIRE(grants.size() == 200);
+  REQUIRE(grants.size() == 100);
   std::sort(grants.begin(), grants.end());
-  // 25 per 200 ms: the last 25 grants cannot come before 7 periods have passed.
-  CHECK(ms(grants.back() - t0) >= ms(7 * period));
-  CHECK(ms(grants.back() - t0) < ms(7 * period) + 3000);
+  // 25 per second: the last 25 grants cannot come before 3 periods have passed.
+  CHECK(ms(grants.back() - t0) >= ms(3 * period));
+  CHECK(ms(grants.back() - t0) < ms(3 * period) + 3000);
   CHECK(max_in_window(grants, period - slack) <= static_cast<std::size_t>(limit));
   const auto snap = lim.snapshot();
-  CHECK(snap.granted == 200);
+  CHECK(snap.granted == 100);
   CHECK(snap.waiting == 0);
 }
 

@@ -374,8 +374,9 @@ TEST_CASE("with aging, a background request that reached the limiter unaged ages
   // critical request taken after it went ahead at rank 0, until its deadline.
   asio::io_context io;
   RecordingProvider provider;
-  // background level with critical after 80 ms; one start per 150 ms
-  laneq::RequestQueue queue(io.get_executor(), provider, aging_background(20ms, 150ms));
+  // background level with critical after 80 ms; one start per second (room for a loaded
+  // machine's stalls between the first grant and the background submit)
+  laneq::RequestQueue queue(io.get_executor(), provider, aging_background(20ms, 1s));
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
     co_await queue.submit(chat("warm"), {.priority = Priority::critical});  // the budget is spent
@@ -392,7 +393,7 @@ TEST_CASE("with aging, a background request that reached the limiter unaged ages
   const auto seen = provider.seen();
   REQUIRE(seen.size() >= 3);
   CHECK(seen[0] == "warm");
-  // aged to rank 0 by the next grant (150 ms), it wins the tie by being older
+  // aged to rank 0 by the next grant (1 s), it wins the tie by being older
   CHECK(seen[1] == "background");
 }
 
@@ -507,7 +508,8 @@ TEST_CASE("a free reserved worker does not park while a critical request waits f
           "when the waiter it took first had expired",
           "[queue][backpressure][reserved]") {
   asio::io_context io;
-  RecordingProvider provider(latency_by_text({{"k0", 30ms}, {"n1", 3s}}));
+  // (k0's 300 ms: room for a loaded machine's stall before c1 and c2 are in)
+  RecordingProvider provider(latency_by_text({{"k0", 300ms}, {"n1", 5s}}));
   laneq::RequestQueue queue(io.get_executor(), provider,
                             {.workers = 2, .reserved_workers = 1, .max_pending = 1});
   queue.start();
@@ -520,21 +522,22 @@ TEST_CASE("a free reserved worker does not park while a critical request waits f
                          done[name] = std::move(r);
                        });
   };
-  submit("n1", Priority::normal, 30s);  // the general worker, 3 s
+  submit("n1", Priority::normal, 30s);  // the general worker, 5 s
   submit("n2", Priority::normal, 30s);  // queued: the queue is full
   run_until(io, [&] { return provider.seen().size() == 1; });
-  submit("k0", Priority::critical, 30s);  // the reserved worker, 30 ms
+  submit("k0", Priority::critical, 30s);  // the reserved worker, 300 ms
   run_until(io, [&] { return provider.seen().size() == 2; });
-  submit("c1", Priority::critical, 50ms);  // both wait for room: the reserved worker is busy
+  submit("c1", Priority::critical, 500ms);  // both wait for room: the reserved worker is busy
   submit("c2", Priority::critical, 30s);
   io.poll();
-  // A busy loop: when it runs again, k0's answer (due at 30 ms) comes before the queue's
-  // deadline timer (due at 50 ms), so the reserved worker takes c1 and finds it expired.
-  std::this_thread::sleep_for(100ms);
+  // A busy loop: when it runs again, k0's answer (due 300 ms into its call) comes before the
+  // queue's deadline timer (due 500 ms after c1's submit, later), so the reserved worker takes
+  // c1 and finds it expired.
+  std::this_thread::sleep_for(600ms);
   run_until(io, [&] { return ended.count("c2") > 0; });
   CHECK(ended["c1"] == errc::timeout);
   CHECK_FALSE(ended["c2"]);
-  CHECK(done["c2"].queue_wait < 2s);  // at once on the reserved worker, not after n1's 3 s
+  CHECK(done["c2"].queue_wait < 3s);  // at once on the reserved worker, not after n1's 5 s
   queue.async_shutdown({.drain = false}, [](std::error_code) {});
   io.run();
 }
@@ -981,7 +984,9 @@ TEST_CASE("no delta reaches a streaming caller after its request was resolved wi
           "(deadline), though the provider goes on",
           "[queue][stream][lifetime]") {
   asio::io_context io;
-  StreamingProvider provider(20, 5ms, false);
+  // (a 500 ms deadline, the first delta 50 ms into the call: a stall before the call starts
+  // must not expire the request in the queue)
+  StreamingProvider provider(20, 50ms, false);
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
   queue.start();
   int deltas = 0, after = 0;
@@ -992,7 +997,7 @@ TEST_CASE("no delta reaches a streaming caller after its request was resolved wi
                                                  ++deltas;
                                                  if (resumed) ++after;
                                                }),
-                                               {.timeout = 30ms}, tuple_awaitable);
+                                               {.timeout = 500ms}, tuple_awaitable);
     resumed = true;
     got = ec;
     co_await queue.shutdown({.drain = true});  // waits for the call, all 20 ticks

@@ -62,10 +62,11 @@ void stress_http(Api api, bool durable = false) {
                                       .stream_cut_rate = 0.05,
                                       .seed = 7});
   asio::io_context io(4);
-  // A stalled answer ends after 300 ms as a network error and is retried (not a worker held
-  // until the request's deadline).
-  auto transport = std::make_unique<laneq::CurlTransport>(io.get_executor(),
-                                                          laneq::CurlTransportConfig{.timeout = 300ms});
+  // A stalled answer ends after 1 s as a network error and is retried (not a worker held
+  // until the request's deadline). Real time: a sanitizer build on a loaded machine may take
+  // hundreds of ms for an exchange that is not stalled (300 ms here failed one TSan run).
+  auto transport = std::make_unique<laneq::CurlTransport>(
+      io.get_executor(), laneq::CurlTransportConfig{.timeout = 1s});
   std::unique_ptr<laneq::Provider> provider;
   if (api == Api::openai)
     provider = std::make_unique<laneq::OpenAIProvider>(
