@@ -848,15 +848,15 @@ TEST_CASE("cancellation types as Asio means them: any type removes a request not
 
 namespace {
 
-// Ignores cancellation and reads its Request when it answers, 300 ms later: the Request must stay
+// Ignores cancellation and reads its Request when it answers, 1 s later: the Request must stay
 // alive although the submit was resolved (and its handler ran) long before. (Its callers resolve
-// their requests 100 ms into the call: a loaded machine's stall of tens of ms must not move that
-// before the call starts.)
+// their requests 300 ms into the call: a loaded machine's stall of a few hundred ms must neither
+// move that before the call starts nor make the answer come before the test looks.)
 class StubbornProvider final : public laneq::Provider {
  public:
   void async_call(const laneq::Request& r, const laneq::CallContext& ctx,
                   laneq::CallCompletion done) noexcept override {
-    auto timer = std::make_shared<asio::steady_timer>(ctx.executor, 300ms);
+    auto timer = std::make_shared<asio::steady_timer>(ctx.executor, 1s);
     timer->async_wait([this, &r, timer, done = std::move(done)](std::error_code) mutable {
       read.push_back(r.messages.at(0).content);
       laneq::Response resp;
@@ -882,7 +882,7 @@ TEST_CASE("a 429 that comes back after its request timed out is still counted as
   queue.start();
   std::error_code got;
   run(io, [&]() -> asio::awaitable<void> {
-    auto [e, r] = co_await queue.async_submit(chat("A"), {.timeout = 100ms}, tuple_awaitable);
+    auto [e, r] = co_await queue.async_submit(chat("A"), {.timeout = 300ms}, tuple_awaitable);
     got = e;
     co_await queue.shutdown({.drain = true});  // waits for the call's answer
   });
@@ -903,10 +903,10 @@ TEST_CASE("a request resolved while its call runs stays alive for the provider u
   std::error_code timed_out;
   run(io, [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
-    // cancelled (through ||) 100 ms into its call, and timed out 100 ms into its call: both
-    // handlers run at once, the provider reads the requests 200 ms later
-    asio::steady_timer t(ex, 100ms);
-    queue.async_submit(chat("timed out"), {.timeout = 100ms},
+    // cancelled (through ||) 300 ms into its call, and timed out 300 ms into its call: both
+    // handlers run at once, the provider reads the requests 700 ms later
+    asio::steady_timer t(ex, 300ms);
+    queue.async_submit(chat("timed out"), {.timeout = 300ms},
                        [&](std::error_code ec, laneq::Response) { timed_out = ec; });
     auto first = co_await (queue.async_submit(chat("cancelled"), {}, tuple_awaitable) ||
                            t.async_wait(tuple_awaitable));
@@ -1570,7 +1570,7 @@ TEST_CASE("a coroutine's io_context may run out and be destroyed while a worker 
           "the request its coroutine gave up on",
           "[queue][executor][lifetime]") {
   asio::io_context io;        // the queue's
-  StubbornProvider provider;  // reads the request 300 ms into the call, whatever happened
+  StubbornProvider provider;  // reads the request 1 s into the call, whatever happened
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
   queue.start();
   std::error_code seen;
@@ -1582,7 +1582,7 @@ TEST_CASE("a coroutine's io_context may run out and be destroyed while a worker 
                              : asio::any_io_executor(other.get_executor());
     asio::co_spawn(coro_ex, [&]() -> asio::awaitable<void> {
       try {
-        co_await queue.submit(chat("late"), {.timeout = 100ms});  // times out in its call
+        co_await queue.submit(chat("late"), {.timeout = 300ms});  // times out in its call
       } catch (const laneq::RequestError& e) {
         seen = e.code();
       }
@@ -1763,15 +1763,15 @@ TEST_CASE("an op still held by a worker after its handler ran goes back to the h
   asio::io_context other;  // the handler's: its allocator is called only from there
   allocation_log log;
   log.right_place = [&] { return other.get_executor().running_in_this_thread(); };
-  StubbornProvider provider;  // reads the request 300 ms into the call, whatever happened
+  StubbornProvider provider;  // reads the request 1 s into the call, whatever happened
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
   queue.start();
   const std::size_t op_bytes = sizeof(laneq::Request) + sizeof(laneq::SubmitOptions);
   std::error_code seen;
   bool called = false, op_held = false;
-  // Times out 100 ms into its call: the handler runs on `other` while the worker still holds
-  // the op for the provider; the worker lets go on the queue's strand 200 ms later.
-  queue.async_submit(chat("late"), {.timeout = 100ms},
+  // Times out 300 ms into its call: the handler runs on `other` while the worker still holds
+  // the op for the provider; the worker lets go on the queue's strand 700 ms later.
+  queue.async_submit(chat("late"), {.timeout = 300ms},
                      asio::bind_executor(other, asio::bind_allocator(
                          logging_allocator<void>(&log), [&](std::error_code ec, laneq::Response) {
                            seen = ec;
@@ -1831,12 +1831,12 @@ TEST_CASE("an op whose late give-back cannot be posted goes back to its allocato
   asio::io_context other;  // the handler's; nothing counts work there for this executor
   auto other_busy = asio::make_work_guard(other);
   log.right_place = [&] { return other.get_executor().running_in_this_thread(); };
-  StubbornProvider provider;  // reads the request 300 ms into the call, whatever happened
+  StubbornProvider provider;  // reads the request 1 s into the call, whatever happened
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
   queue.start();
   bool fail = false;
   bool called = false;
-  queue.async_submit(chat("late"), {.timeout = 100ms},
+  queue.async_submit(chat("late"), {.timeout = 300ms},
                      asio::bind_executor(failing_executor{other.get_executor(), &fail},
                                          asio::bind_allocator(logging_allocator<void>(&log),
                                                               [&](std::error_code, laneq::Response) {
