@@ -121,3 +121,17 @@ step(${CMAKE_COMMAND} -S "${LANEQ_SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/bu
 step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 step("${WORK_DIR}/build/consumer")
 step("${WORK_DIR}/build/quickstart")
+
+# An Asio of another version than laneq's build: find_package says so, the build never starts.
+file(WRITE "${WORK_DIR}/other-asio/asio.hpp" "#include \"asio/version.hpp\"\n")
+file(WRITE "${WORK_DIR}/other-asio/asio/version.hpp" "#define ASIO_VERSION 102801 // 1.28.1\n")
+execute_process(COMMAND ${CMAKE_COMMAND} -S "${LANEQ_SOURCE_DIR}/tests/consumer"
+                        -B "${WORK_DIR}/build-other-asio" -DCMAKE_PREFIX_PATH=${prefix}
+                        -DLANEQ_ASIO_INCLUDE_DIR=${WORK_DIR}/other-asio
+                        -DLANEQ_QUICKSTART=${WORK_DIR}/quickstart.cpp
+                        -DLANEQ_README_SNIPPETS=${WORK_DIR}/readme_snippets.cpp
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "laneq was built against Asio [0-9]+ \\(ASIO_VERSION\\);")
+  message(FATAL_ERROR "a consumer with Asio 1.28.1 was not refused by find_package(laneq) "
+                      "(exit ${rc}):\n${err}")
+endif()
