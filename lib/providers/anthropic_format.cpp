@@ -178,6 +178,8 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   if (type == "message_start") {
     const json* message = member(data, "message");
     if (!message || !message->is_object()) return fail(err(errc::malformed_response));
+    for (const char* key : {"id", "model"})
+      if (const json* v = member(*message, key); v && v->is_string()) head_[key] = *v;
     read_usage(member(*message, "usage"));
   } else if (type == "content_block_start") {
     const json* block = member(data, "content_block");
@@ -212,9 +214,12 @@ void StreamAccumulator::on_event(const SseEvent& event) {
       if (const auto i = block_index(data)) partial_json_[*i] += piece->get_ref<const std::string&>();
     }
   } else if (type == "message_delta") {
-    if (const json* delta = member(data, "delta"); delta && delta->is_object())
+    if (const json* delta = member(data, "delta"); delta && delta->is_object()) {
       if (const std::string_view reason = string_at(*delta, "stop_reason"); !reason.empty())
         finish_reason_ = reason;
+      if (const json* seq = member(*delta, "stop_sequence"); seq && seq->is_string())
+        head_["stop_sequence"] = *seq;
+    }
     read_usage(member(data, "usage"));
   } else if (type == "message_stop") {
     done_ = true;
@@ -249,6 +254,7 @@ std::error_code StreamAccumulator::finish(Response& out) {
              {"content", std::move(content_)},
              {"stop_reason", finish_reason_.empty() ? json(nullptr) : json(finish_reason_)},
              {"usage", std::move(counts)}};
+  out.raw.update(head_);
   content_ = json::array();
   return hand_over(out, usage());
 }

@@ -77,8 +77,12 @@ std::string request_body(const Request& request, const BodyOptions& options) {
   if (request.max_tokens > 0) body[std::string(options.max_tokens_field)] = request.max_tokens;
   if (request.stream && options.stream_usage) body["stream_options"] = json{{"include_usage", true}};
   if (request.extra.is_object()) body.update(request.extra, /*merge_objects=*/true);
-  if (request.stream) body["stream"] = true;
-  else body.erase("stream");
+  if (request.stream) {
+    body["stream"] = true;
+  } else {  // (stream_options without stream is a 400: an `extra` shared with streamed calls)
+    body.erase("stream");
+    body.erase("stream_options");
+  }
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -121,6 +125,9 @@ void StreamAccumulator::on_event(const SseEvent& event) {
 
   if (const ErrorFields e = read_error(chunk); e.present)
     return fail(fill_error(0, e, error_type_, error_message_));
+  for (const char* key : {"id", "model", "created", "system_fingerprint"})  // the first stated
+    if (const json* v = member(chunk, key); v && !v->is_null() && !head_.contains(key))
+      head_[key] = *v;
 
   if (const json* choices = member(chunk, "choices"); choices && !choices->is_null()) {
     if (!choices->is_array()) return fail(err(errc::malformed_response));
@@ -171,8 +178,11 @@ void StreamAccumulator::on_tool_call_delta(const json& delta) {
     tool_calls_.push_back({{"id", ""}, {"type", "function"},
                            {"function", {{"name", ""}, {"arguments", ""}}}});
   json& call = tool_calls_[i];
-  if (const json* id = member(delta, "id"); id && id->is_string()) call["id"] = *id;
-  if (const json* type = member(delta, "type"); type && type->is_string()) call["type"] = *type;
+  // (Some compatible servers repeat "id": "" on every later piece: not a new id.)
+  for (const char* key : {"id", "type"})
+    if (const json* v = member(delta, key);
+        v && v->is_string() && !v->get_ref<const std::string&>().empty())
+      call[key] = *v;
   if (const json* fn = member(delta, "function"); fn && fn->is_object()) {
     for (const char* key : {"name", "arguments"})
       if (const json* piece = member(*fn, key); piece && piece->is_string())
@@ -191,6 +201,7 @@ std::error_code StreamAccumulator::finish(Response& out) {
                                                                      ? json(nullptr)
                                                                      : json(finish_reason_)}}})}};
   if (!usage_raw_.is_null()) completion["usage"] = std::move(usage_raw_);
+  completion.update(head_);
   out.raw = std::move(completion);
   return hand_over(out, usage_);
 }

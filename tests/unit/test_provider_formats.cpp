@@ -94,6 +94,15 @@ const std::string openai_stream_usage =
     openai_chunk("[]", R"({"prompt_tokens":9,"completion_tokens":4,"total_tokens":13})");
 const std::string openai_stream_done = "data: [DONE]\n\n";
 
+// The tool calls an OpenAI stream adds up to (the stream must end well).
+json streamed_tool_calls(std::string_view stream) {
+  laneq::openai::StreamAccumulator acc;
+  run_stream(acc, stream);
+  Response out;
+  CHECK_FALSE(acc.finish(out));
+  return out.raw["choices"][0]["message"]["tool_calls"];
+}
+
 // ---- Anthropic fixtures ----
 
 const std::string anthropic_success = R"({
@@ -131,6 +140,18 @@ const std::string anthropic_stream_tail =
 }  // namespace
 
 // ============================== request bodies ==============================
+
+TEST_CASE("an OpenAI body without stream carries no stream_options, even from extra") {
+  Request r = chat();
+  r.extra = {{"stream_options", {{"include_obfuscation", false}}}, {"user", "u1"}};
+  json b = openai_body(r);
+  CHECK_FALSE(b.contains("stream_options"));  // OpenAI: 400 without stream
+  CHECK(b["user"] == "u1");
+  r.stream = true;
+  b = openai_body(r);
+  CHECK(b["stream_options"]["include_obfuscation"] == false);
+  CHECK(b["stream_options"]["include_usage"] == true);
+}
 
 TEST_CASE("the OpenAI body has model and every message in order, system included") {
   const json b = openai_body(chat());
@@ -610,15 +631,51 @@ TEST_CASE("an OpenAI-compatible stream whose tool call deltas have no index join
       openai_chunk(R"([{"index":0,"delta":{"tool_calls":[{"id":"call_b","type":"function",)"
                    R"("function":{"name":"g","arguments":"{}"}}]},"finish_reason":null}])") +
       openai_chunk(R"([{"index":0,"delta":{},"finish_reason":"tool_calls"}])") + openai_stream_done;
-  laneq::openai::StreamAccumulator acc;
-  run_stream(acc, stream);
-  Response out;
-  CHECK_FALSE(acc.finish(out));
-  const json& calls = out.raw["choices"][0]["message"]["tool_calls"];
+  const json calls = streamed_tool_calls(stream);
   REQUIRE(calls.size() == 2);
   CHECK(calls[0]["id"] == "call_a");
   CHECK(calls[0]["function"]["arguments"] == "{\"x\":1}");
   CHECK(calls[1]["function"]["name"] == "g");
+}
+
+TEST_CASE("a tool call's later pieces with \"id\": \"\" (some compatible servers) keep its id") {
+  for (const char* index : {R"("index":0,)", ""}) {  // with an index, and without (the last call)
+    INFO("index: " << index);
+    const std::string stream =
+        openai_chunk(std::string(R"([{"index":0,"delta":{"tool_calls":[{)") + index +
+                     R"("id":"call_a1","type":"function","function":{"name":"bash",)"
+                     R"("arguments":""}}]},"finish_reason":null}])") +
+        openai_chunk(std::string(R"([{"index":0,"delta":{"tool_calls":[{)") + index +
+                     R"("id":"","type":"","function":{"arguments":"{\"command\":1}"}}]},)"
+                     R"("finish_reason":"tool_calls"}])") +
+        openai_stream_done;
+    const json calls = streamed_tool_calls(stream);
+    REQUIRE(calls.size() == 1);
+    CHECK(calls[0]["id"] == "call_a1");
+    CHECK(calls[0]["type"] == "function");
+    CHECK(calls[0]["function"]["arguments"] == "{\"command\":1}");
+  }
+}
+
+TEST_CASE("a streamed call's raw keeps the provider's id and model, as a non-streamed one does") {
+  laneq::openai::StreamAccumulator o;
+  run_stream(o, openai_stream_head + openai_stream_finish + openai_stream_done);
+  Response a;
+  CHECK_FALSE(o.finish(a));
+  CHECK(a.raw["id"] == "chatcmpl-1");
+  CHECK(a.raw["model"] == "gpt-4o-mini");
+  CHECK(a.raw["created"] == 1714566896);
+  laneq::anthropic::StreamAccumulator c;
+  run_stream(c, anthropic_stream_head +
+                    sse_event("message_delta",
+                              R"({"type":"message_delta","delta":{"stop_reason":"stop_sequence",)"
+                              R"("stop_sequence":"END"},"usage":{"output_tokens":3}})") +
+                    sse_event("message_stop", R"({"type":"message_stop"})"));
+  Response b;
+  CHECK_FALSE(c.finish(b));
+  CHECK(b.raw["id"] == "msg_1");
+  CHECK(b.raw["model"] == "claude-3-5-sonnet-20241022");
+  CHECK(b.raw["stop_sequence"] == "END");
 }
 
 TEST_CASE("a full OpenAI stream yields its text, deltas, finish reason and usage chunk") {

@@ -94,7 +94,8 @@ class StreamAccumulator : public detail::stream_accumulator_base {
   // usage, finish_reason, error_type, error_message, and out.raw: the message the events add up
   // to, {"type": "message", "role": "assistant", "content": [blocks: text joined, tool_use with
   // its input parsed from the input_json_delta pieces (kept as a string if they do not parse),
-  // others as they started], "stop_reason", "usage"} (what a non-streamed call's body holds);
+  // others as they started], "stop_reason", "usage", and "id", "model", "stop_sequence" as the
+  // events state them} (what a non-streamed call's body holds);
   // status and headers are the caller's. Returns the stream's error if one came (an `error`
   // event after a 200 is a failed request), else errc::network when the stream ended before
   // message_stop — a partial answer must never look like success — else success.
@@ -105,6 +106,7 @@ class StreamAccumulator : public detail::stream_accumulator_base {
 
   nlohmann::json content_ = nlohmann::json::array();  // blocks by index
   std::vector<std::string> partial_json_;             // tool_use input pieces, by index
+  nlohmann::json head_ = nlohmann::json::object();    // id, model, stop_sequence as stated
   // Kept apart because message_start and message_delta each report some of them (cumulative).
   std::int64_t input_tokens_ = 0;
   std::int64_t cache_creation_input_tokens_ = 0;

@@ -91,7 +91,8 @@ class StreamAccumulator : public detail::stream_accumulator_base {
 
   // Hands the result over (call once, after the body ended): out.text (the partial text too),
   // usage, finish_reason, error_type, error_message, and out.raw: the completion the chunks add
-  // up to, {"object": "chat.completion", "choices": [{"index": 0, "message": {"role",
+  // up to, {"object": "chat.completion", "id"?, "model"?, "created"?, "system_fingerprint"?
+  // (as the chunks state them), "choices": [{"index": 0, "message": {"role",
   // "content", "refusal"?, "tool_calls"?}, "finish_reason"}], "usage"?} (what a non-streamed
   // call's body holds); status and headers are the caller's. Returns the stream's error if one
   // came, else errc::network when the stream ended before [DONE] — a partial answer must never
@@ -105,6 +106,7 @@ class StreamAccumulator : public detail::stream_accumulator_base {
   std::string refusal_{};
   nlohmann::json tool_calls_{};  // null until one comes, then an array by index
   nlohmann::json usage_raw_{};   // the usage object as sent
+  nlohmann::json head_ = nlohmann::json::object();  // id, model, ... as the chunks state them
 };
 
 }  // namespace laneq::openai
