@@ -474,12 +474,12 @@ void limiter_state::take_server_view(const RateLimitInfo& info, std::chrono::nan
     // The server's limits, up or down; a kind the config left at 0 gets a budget of its own,
     // except a combined tokens one where the server states input and output limits apart:
     // Anthropic's tokens headers show the most restrictive of those, not an input + output
-    // budget.
+    // budget (a configured combined budget keeps its own limit then).
     RateLimits adopted = limits;
     for (std::size_t k = 0; k < k_count; ++k) {
       const auto& b = *buckets[k];
       if (!b.limit || *b.limit <= 0) continue;
-      if (k == k_tokens && split && limits.tokens == 0) continue;
+      if (k == k_tokens && split) continue;  // (configured or not: it is not input + output)
       // Providers state limits per minute; our budget counts per `period`.
       // (capped at 2^50 before the conversion: a server's absurd limit must not overflow it)
       limit_field(adopted, static_cast<kind>(k)) = std::max<std::int64_t>(
