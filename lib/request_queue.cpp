@@ -746,7 +746,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void settle_durable(op_ptr op, std::error_code ec, Metrics::Outcome outcome, Response&& resp) {
     const std::int64_t row = op->durable->row;
     if (ec == errc::shutting_down) {
-      journal_->release(row);
+      release_lease(*op);  // (one that never started, or waits to retry, is pending already)
       return op->complete(ec, std::move(resp));
     }
     op->resolve();
@@ -1120,6 +1120,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
             .age_step = sched_.lane(op.lane).age_step};
   }
 
+  // Back to pending if this run marked it in flight: once (JournalStats::released counts it).
+  void release_lease(submit_op_base& op) {
+    if (!op.durable || op.durable->row <= 0 || !op.durable->leased) return;
+    op.durable->leased = false;
+    journal_->release(op.durable->row);
+  }
+
   void begin_attempt(worker& w, op_ptr op, steady::time_point now) {
     op->sched.started = now.time_since_epoch();  // service time = the call itself
     if (!op->durable) return;
@@ -1127,6 +1134,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     const auto lease = op->deadline != never ? op->deadline - now
                                              : steady::duration(std::chrono::hours(1));
     op->durable->started_attempts = op->durable->earlier_attempts + op->attempts + 1;
+    op->durable->leased = true;
     journal_->mark_in_flight(
         op->durable->row, w.index,
         std::chrono::system_clock::now() +
@@ -1228,7 +1236,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       return finish(op, errc::shutting_down, Metrics::Outcome::cancelled, Metrics::From::in_flight);
     // Out of its call until the retry starts: a run that ends meanwhile did not end inside it
     // (the journal counts in-flight rows at a restart as interrupted).
-    if (op->durable && op->durable->row > 0) journal_->release(op->durable->row);
+    release_lease(*op);
     if (d.pause_all && d.delay <= held) {
       // The limiter's pause holds every start until `at`: back to its place at once, so it goes
       // before requests queued behind it, not after those taken while it waited. (A request
