@@ -1120,10 +1120,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
             .age_step = sched_.lane(op.lane).age_step};
   }
 
-  // Back to pending if this run marked it in flight: once (JournalStats::released counts it).
+  // Back to pending if this run marked it in flight. (Asked again after an earlier release,
+  // it changes nothing: the journal releases in-flight rows only, so a release whose write
+  // failed is made good by the next, and JournalStats::released counts each lease once.)
   void release_lease(submit_op_base& op) {
-    if (!op.durable || op.durable->row <= 0 || !op.durable->leased) return;
-    op.durable->leased = false;
+    if (!op.durable || op.durable->row <= 0) return;
+    if (op.durable->started_attempts <= op.durable->earlier_attempts) return;  // never started
     journal_->release(op.durable->row);
   }
 
@@ -1134,7 +1136,6 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     const auto lease = op->deadline != never ? op->deadline - now
                                              : steady::duration(std::chrono::hours(1));
     op->durable->started_attempts = op->durable->earlier_attempts + op->attempts + 1;
-    op->durable->leased = true;
     journal_->mark_in_flight(
         op->durable->row, w.index,
         std::chrono::system_clock::now() +

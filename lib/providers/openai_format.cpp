@@ -125,8 +125,10 @@ void StreamAccumulator::on_event(const SseEvent& event) {
 
   if (const ErrorFields e = read_error(chunk); e.present)
     return fail(fill_error(0, e, error_type_, error_message_));
-  for (const char* key : {"id", "model", "created", "system_fingerprint"})  // the first stated
-    if (const json* v = member(chunk, key); v && !v->is_null() && !head_.contains(key))
+  // The first stated (Azure's first chunk, its prompt filter results, says "" and 0: not stated).
+  for (const char* key : {"id", "model", "created", "system_fingerprint"})
+    if (const json* v = member(chunk, key);
+        v && !v->is_null() && *v != "" && *v != 0 && !head_.contains(key))
       head_[key] = *v;
 
   if (const json* choices = member(chunk, "choices"); choices && !choices->is_null()) {

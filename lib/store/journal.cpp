@@ -348,7 +348,8 @@ void Journal::Impl::prepare_statements() {
       {&st.in_flight,
        "UPDATE requests SET state = 1, attempts = ?2, lease_owner = ?3, lease_worker = ?4, "
        "lease_until = ?5 WHERE row = ?1 AND state < 2"},
-      {&st.release, "UPDATE requests SET state = 0, lease_until = NULL WHERE row = ?1 AND state < 2"},
+      // (in flight only: a pending row stays as it is, and stats().released counts real ones)
+      {&st.release, "UPDATE requests SET state = 0, lease_until = NULL WHERE row = ?1 AND state = 1"},
       {&st.finish,
        "UPDATE requests SET state = ?2, attempts = ?3, finished_at = ?4, error_category = ?5, "
        "error_value = ?6, error_message = ?7, response = ?8 WHERE row = ?1 AND state < 2"},

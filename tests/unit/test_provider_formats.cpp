@@ -659,7 +659,10 @@ TEST_CASE("a tool call's later pieces with \"id\": \"\" (some compatible servers
 
 TEST_CASE("a streamed call's raw keeps the provider's id and model, as a non-streamed one does") {
   laneq::openai::StreamAccumulator o;
-  run_stream(o, openai_stream_head + openai_stream_finish + openai_stream_done);
+  // (Azure's first chunk: prompt filter results, with "" and 0 for what is not known yet)
+  run_stream(o, sse_data(R"({"id":"","object":"","created":0,"model":"","choices":[],)"
+                         R"("prompt_filter_results":[]})") +
+                    openai_stream_head + openai_stream_finish + openai_stream_done);
   Response a;
   CHECK_FALSE(o.finish(a));
   CHECK(a.raw["id"] == "chatcmpl-1");

@@ -55,7 +55,6 @@ struct submit_op_base;
 struct durable_state {
   std::int64_t row = 0;     // the journal's row, once committed (0: not yet)
   bool recovered = false;   // re-queued from the journal at start: nobody awaits it
-  bool leased = false;      // marked in flight by this run and not released since
   std::uint32_t earlier_attempts = 0;  // calls made before a restart (the journal counts all)
   std::uint32_t started_attempts = 0;  // calls started, all runs (as marked in the journal)
   std::uint32_t interrupted = 0;       // earlier runs that ended with its call in flight

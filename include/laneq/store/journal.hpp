@@ -132,7 +132,8 @@ class Journal {
   // An open row is leased by `worker` of this owner() until lease_until; no completion.
   void mark_in_flight(std::int64_t row, int worker,
                       std::chrono::system_clock::time_point lease_until, std::uint32_t attempts);
-  // Back to pending (e.g. dropped by a shutdown: it runs again next time); no completion.
+  // An in-flight row back to pending (e.g. dropped by a shutdown: it runs again next time); a
+  // pending or finished row is left as it is; no completion.
   void release(std::int64_t row);
   // Writes the outcome of an open row: state must be finished (succeeded .. cancelled), else
   // std::invalid_argument. finished_at = config.clock(). `response` (nullable) is copied
