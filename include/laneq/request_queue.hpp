@@ -12,7 +12,10 @@
 // shutdown without drain that cannot wait: every request it still holds completes with
 // shutting_down (handlers posted as usual) and in-flight calls are aborted; what they leave
 // finishes on the next run() or goes with the io_context. The Provider must outlive the queue,
-// and the calls a destroyed queue aborted (that next run(), or the io_context).
+// and the calls a destroyed queue aborted (that next run(), or the io_context). With a journal,
+// the destructor waits for the journal's writer thread to commit what it holds: never drop the
+// last owner of a queue inside a Journal completion (flush, lookup, list), which runs on that
+// thread (it would wait for itself).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -98,7 +101,8 @@ struct QueueConfig {
   // resolves; at construction the rows an earlier run left open are queued again (their
   // original lane, client and enqueue time). `journal = "run.db"` opens one;
   // `journal_store` shares a journal you opened (it wins over `journal`), e.g. to read it;
-  // one queue per journal: the first to open it recovers every open row.
+  // one queue per journal: the first to open it recovers every open row (rows a destroyed
+  // queue left pending wait for the file's next Journal::open, not for a later queue).
   JournalConfig journal{};
   std::shared_ptr<Journal> journal_store{};
   // Durable requests nobody awaits (recovered at construction, or async_enqueue'd) report here,

@@ -779,6 +779,56 @@ TEST_CASE("a resume runs again a line whose outcome the journal could not commit
   CHECK(out[1]["error"].is_null());
 }
 
+TEST_CASE("a resume runs a line whose journal append failed (no row, never sent), and writes "
+          "the journal's outcome after a line that said the journal failed it",
+          "[cli][journal]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), {chat_line("a").dump(), chat_line("b").dump()});
+  // "a": its append failed (a full disk): an error line, no row. "b": its finish failed in one
+  // run (an error line), a later run committed its success and was killed before its line.
+  {
+    auto journal = laneq::Journal::open({dir.file("run.db")});
+    laneq::JournalRecord rec;
+    rec.id = "b";
+    rec.priority = static_cast<int>(laneq::Priority::normal);
+    rec.request.id = "b";
+    rec.request.model = "gpt-test";
+    rec.request.messages.push_back({"user", "hello b"});
+    rec.enqueued_at = std::chrono::system_clock::now();
+    std::promise<std::int64_t> appended;
+    journal->append(std::move(rec),
+                    [&](std::error_code ec, std::int64_t row) { appended.set_value(ec ? 0 : row); });
+    const auto row = appended.get_future().get();
+    REQUIRE(row > 0);
+    laneq::Response answer;
+    answer.status = 200;
+    answer.text = "stored";
+    std::promise<std::error_code> finished;
+    journal->finish(row, laneq::JournalState::succeeded, 1, {}, "", &answer,
+                    [&](std::error_code ec) { finished.set_value(ec); });
+    REQUIRE_FALSE(finished.get_future().get());
+  }
+  const json journal_error = {{"code", "journal"}, {"message", "could not be stored"}};
+  write_lines(dir.file("out.jsonl"),
+              {json{{"id", "batch_req_0"}, {"custom_id", "a"}, {"response", nullptr},
+                    {"error", journal_error}}.dump(),
+               json{{"id", "batch_req_1"}, {"custom_id", "b"},
+                    {"response", {{"status_code", 200}, {"request_id", ""},
+                                  {"body", json::object()}}},
+                    {"error", journal_error}}.dump()});
+  const auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"), "--journal",
+                          dir.file("run.db"), "--mock", "--mock-latency-ms", "1", "--progress",
+                          "none"});
+  INFO(r.err);
+  CHECK(r.code == 0);  // both succeeded in the end
+  const auto out = read_output(dir.file("out.jsonl"));
+  REQUIRE(out.size() == 4);  // the two error lines, then an outcome for each
+  std::map<std::string, json> last;
+  for (const auto& l : out) last[l["custom_id"]] = l;
+  CHECK(last["a"]["error"].is_null());  // sent this time
+  CHECK(last["b"]["error"].is_null());  // the journal's outcome, not sent again
+}
+
 TEST_CASE("a resume leaves a line whose journal row is still open to recovery - one output line "
           "for it and counts that add up, even when its admission fails",
           "[cli][journal]") {

@@ -213,6 +213,7 @@ OutputLineKey read_output_line(std::string_view text) {
     const json* code = error != doc.end() && error->is_object() && error->contains("code")
                            ? &(*error)["code"]
                            : nullptr;
+    key.journal_error = code && *code == "journal";
     key.called = (response != doc.end() && response->is_object()) ||
                  (code && code->is_string() &&
                   std::find(std::begin(after_a_call), std::end(after_a_call),

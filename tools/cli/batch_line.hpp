@@ -63,6 +63,9 @@ struct OutputLineKey {
   // A failure only a call to the provider gives (a response, or a code such as network or
   // rate_limited), as opposed to one refused before it ran (exceeds_rate_limit, ...).
   bool called = false;
+  // Failed with code "journal": the journal could not store the line's row (never run) or its
+  // outcome (the row stays open); a resume does not take it as the line's last word.
+  bool journal_error = false;
 };
 OutputLineKey read_output_line(std::string_view text);
 

@@ -130,6 +130,7 @@ std::vector<std::variant<BatchLine, BadLine>> read_input(const std::string& path
 struct EarlierOutput {
   std::unordered_map<std::string, bool> results;  // custom_id -> succeeded
   std::unordered_set<std::string> called;         // custom_ids whose result came from a call
+  std::unordered_set<std::string> journal_errors;  // custom_ids whose last line is code journal
   std::unordered_set<std::size_t> bad_lines;      // input line numbers
   std::uintmax_t whole_bytes = 0;                 // the whole lines, from the start
   bool torn = false;                              // half a line follows them (a crash mid-write)
@@ -150,6 +151,8 @@ EarlierOutput read_earlier_output(const std::string& path) {
     if (key.bad_line_no > 0) out.bad_lines.insert(key.bad_line_no);
     else out.results[key.custom_id] = key.succeeded;
     if (key.succeeded || key.called) out.called.insert(key.custom_id);
+    if (key.journal_error) out.journal_errors.insert(key.custom_id);
+    else out.journal_errors.erase(key.custom_id);
     out.whole_bytes += text.size() + 1;
   }
   in.close();
@@ -343,11 +346,16 @@ class BatchRun {
       cut_torn_line(o_.output, earlier_);  // the output is this run's: now it may be repaired
       out_ = open_output("ab");
       for (auto& rec : finished) {
-        if (earlier_.results.contains(rec.id)) continue;
+        // (a line that says the journal failed it is not its last word: the row's outcome is)
+        if (earlier_.results.contains(rec.id) && !earlier_.journal_errors.contains(rec.id))
+          continue;
         const Response r = rec.response.value_or(Response{});
         write_line(result_line(rec.id, rec.error, r));
         earlier_.results[rec.id] = rec.state == JournalState::succeeded;
       }
+      // A line the journal could not store (its append failed: no row) never ran: run it.
+      for (const auto& id : earlier_.journal_errors)
+        if (!known.contains(id)) earlier_.results.erase(id);
     } else {
       out_ = open_output("wb");
     }
