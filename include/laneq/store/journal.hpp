@@ -71,7 +71,7 @@ struct JournalStats {
   std::uint64_t appended = 0;              // rows inserted (committed)
   std::uint64_t duplicates = 0;            // appends refused with duplicate_id
   std::uint64_t marked_in_flight = 0;
-  std::uint64_t released = 0;
+  std::uint64_t released = 0;              // in-flight rows returned to pending
   std::uint64_t finished = 0;
   std::uint64_t transactions = 0;          // group commits (including failed ones)
   std::uint64_t largest_batch = 0;         // most operations in one transaction
