@@ -310,7 +310,18 @@ TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
           "--mock and --base-url exclude each other");
   refused({"--out", dir.file("o"), "--mock-latency-ms", "5"}, "--mock-latency-ms needs --mock");
   refused({"--out", dir.file("o"), "--base-url", "127.0.0.1:9"}, "must start with http://");
+  // empty reads as "not given": no journal, or the default (paid) endpoint
+  refused({"--out", dir.file("o"), "--mock", "--journal", ""},
+          "--journal: needs a non-empty file name");
+  refused({"--out", dir.file("o"), "--base-url="}, "--base-url: needs a non-empty URL");
   CHECK_FALSE(fs::exists(dir.file("o")));
+  // A resume reads --out back: a FIFO (or a pipe, a terminal) would block that read for ever.
+  const std::string fifo = dir.file("out.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto piped = run_cli({"run", dir.file("in.jsonl"), "--out", fifo, "--mock", "--journal",
+                              dir.file("fifo.db")}, mock_env, 30s);
+  CHECK(piped.code == 2);
+  CHECK_THAT(piped.err, Catch::Contains("is not a regular file"));
   CHECK_FALSE(fs::exists("--mock"));
   fs::remove("--mock");  // (left by a regression: not in the build directory for the next run)
   // a bad URL is not a missing key: no key hint

@@ -200,6 +200,13 @@ void check_output_path(const RunOptions& o) {
       throw setup_error{"--out " + o.output + " is " + o.journal + suffix +
                         ", a file SQLite keeps beside --journal " + o.journal +
                         ": the results would corrupt the journal; choose another --out"};
+  // A resume reads --out back first: a pipe, a FIFO or a terminal would block that read for
+  // ever (nothing else writes to it), before the run even said it started.
+  std::error_code ec;
+  const auto st = std::filesystem::status(o.output, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw setup_error{"--out " + o.output + " is not a regular file: with --journal, a resume "
+                      "reads the results back; write them to a file"};
 }
 
 std::unique_ptr<Provider> make_provider(const RunOptions& o, Transport& transport,

@@ -29,7 +29,11 @@ const std::vector<Flag>& run_flags() {
          o.provider = v;
        }},
       {"--base-url", true, "URL    the API's base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the provider's)",
-       [](RunOptions& o, auto, auto v) { o.base_url = v; }},
+       [](RunOptions& o, auto f, auto v) {
+         // (empty means "not given" below: a batch for a test endpoint would go to the paid API)
+         if (v.empty()) laneq::flags::bad(f, "needs a non-empty URL");
+         o.base_url = v;
+       }},
       {"--rpm", true, "N           requests per minute (0 = no limit)",
        [](RunOptions& o, auto f, auto v) { o.rpm = integer(f, v, 0, big); }},
       {"--tpm", true, "N           tokens per minute (0 = no limit)",
@@ -49,7 +53,11 @@ const std::vector<Flag>& run_flags() {
          o.reserved_workers_given = true;
        }},
       {"--journal", true, "FILE    SQLite journal: crash-safe; the same command again resumes",
-       [](RunOptions& o, auto, auto v) { o.journal = v; }},
+       [](RunOptions& o, auto f, auto v) {
+         // (empty means "no journal": a run that could not resume, with no word of it)
+         if (v.empty()) laneq::flags::bad(f, "needs a non-empty file name");
+         o.journal = v;
+       }},
       {"--timeout", true, "SECONDS per call attempt (0 = none, the default); retried like a network error",
        [](RunOptions& o, auto f, auto v) { o.timeout = std::chrono::seconds(integer(f, v, 0, big)); }},
       {"--max-attempts", true, "N  calls per line, retries included (3)",
