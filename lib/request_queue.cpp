@@ -587,10 +587,19 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                         (x.is_discarded() ? "a discarded value (a failed parse)" : x.type_name()));
     // Copies and dumps of a JSON value recurse (the estimate, the body, the journal): a value
     // a caller parsed from untrusted text, nested 100,000 deep, would overflow the stack.
-    if (!recovered && !detail::json_value_depth_within(op->request.extra))
-      return reject(op, errc::bad_request,
-                    "Request::extra nests deeper than " + std::to_string(detail::kMaxJsonDepth) +
-                        " levels of arrays and objects");
+    // And a NaN or an infinity would go out as null: the caller's setting silently dropped.
+    if (!recovered) switch (detail::json_value_fault_of(op->request.extra)) {
+        case detail::json_value_fault::none: break;
+        case detail::json_value_fault::too_deep:
+          return reject(op, errc::bad_request,
+                        "Request::extra nests deeper than " +
+                            std::to_string(detail::kMaxJsonDepth) +
+                            " levels of arrays and objects");
+        case detail::json_value_fault::non_finite:
+          return reject(op, errc::bad_request,
+                        "Request::extra holds a NaN or infinite number, which JSON cannot "
+                        "carry (it would be sent as null)");
+      }
     // A timeout of 0 or less would expire at once: a mistake (0 means "none" elsewhere), said so.
     if (const auto& t = op->options.timeout; !recovered && t && t->count() <= 0)
       return reject(op, errc::bad_request,

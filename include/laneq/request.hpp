@@ -36,6 +36,7 @@ struct Request {
   std::int32_t max_tokens = 0;          // 0 = provider default
   bool stream = false;
   nlohmann::json extra = nullptr;       // extra JSON fields passed through to the provider body
+                                        // (an object; no NaN or infinity: bad_request)
   // stream = true: called with each text delta as it arrives (on the transport's strand: keep
   // it short, never block). The Response still carries the whole text at the end. A server that
   // ignored `stream` and sent one whole body: called once with its text, when the call ends.

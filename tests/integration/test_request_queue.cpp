@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -1386,6 +1387,33 @@ TEST_CASE_METHOD(refusal_fixture,
   });
   CHECK(provider.seen() == std::vector<std::string>{"ok"});
   CHECK(queue.metrics().total.rejected == 2);
+}
+
+TEST_CASE_METHOD(refusal_fixture,
+                 "a NaN or an infinity anywhere in Request::extra is refused at submit with "
+                 "bad_request, not sent as null (the provider's default in its place)",
+                 "[queue][errors]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  run(io, [&]() -> asio::awaitable<void> {
+    for (const nlohmann::json& extra :
+         {nlohmann::json{{"temperature", nan}}, nlohmann::json{{"top_p", -inf}},
+          nlohmann::json{{"logit_bias", {{"50256", inf}}}},
+          nlohmann::json{{"stop", nlohmann::json::array({"x", nlohmann::json::array({nan})})}}}) {
+      laneq::Request req = chat("nan");
+      req.extra = extra;
+      auto [ec, r] = co_await queue.async_submit(std::move(req), {}, tuple_awaitable);
+      CHECK(ec == errc::bad_request);
+      CHECK_THAT(r.error_message, Catch::Contains("Request::extra holds a NaN or infinite"));
+    }
+    laneq::Request ok = chat("ok");
+    ok.extra = {{"temperature", 0.5}, {"max", std::numeric_limits<double>::max()}};
+    auto [ec, r] = co_await queue.async_submit(std::move(ok), {}, tuple_awaitable);
+    CHECK_FALSE(ec);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.seen() == std::vector<std::string>{"ok"});
+  CHECK(queue.metrics().total.rejected == 4);
 }
 
 TEST_CASE("a priority that names no lane fails with unknown_lane, and the message lists the "

@@ -4,6 +4,7 @@
 // without recursion, but copies and dumps with it: a value nested 200,000 deep (400 KB of
 // brackets) would overflow the stack the first time it is copied, and end the process. No API
 // nests anywhere near the limit.
+#include <cmath>
 #include <cstddef>
 #include <string_view>
 #include <utility>
@@ -39,20 +40,30 @@ inline bool json_depth_within(std::string_view text,
   return true;
 }
 
-// The same bound for a value built in memory (Request::extra from a caller's own parse), walked
+// What is wrong with a value built in memory (Request::extra from a caller's own parse), if
+// anything: nesting beyond the same bound, or a NaN or infinite number, which JSON cannot say
+// (nlohmann dumps it as null: a setting silently replaced by the provider's default). Walked
 // without recursion: the walk must not do what it guards against.
-inline bool json_value_depth_within(const nlohmann::json& value,
-                                    std::size_t max_depth = kMaxJsonDepth) {
-  if (!value.is_structured()) return true;
+enum class json_value_fault { none, too_deep, non_finite };
+
+inline json_value_fault json_value_fault_of(const nlohmann::json& value,
+                                            std::size_t max_depth = kMaxJsonDepth) {
+  const auto finite = [](const nlohmann::json& v) {
+    return !v.is_number_float() || std::isfinite(v.get<double>());
+  };
+  if (!value.is_structured()) return finite(value) ? json_value_fault::none
+                                                   : json_value_fault::non_finite;
   std::vector<std::pair<const nlohmann::json*, std::size_t>> todo{{&value, 1}};  // its depth
   while (!todo.empty()) {
     const auto [v, depth] = todo.back();
     todo.pop_back();
-    if (depth > max_depth) return false;
-    for (const auto& child : *v)
+    if (depth > max_depth) return json_value_fault::too_deep;
+    for (const auto& child : *v) {
       if (child.is_structured()) todo.emplace_back(&child, depth + 1);
+      else if (!finite(child)) return json_value_fault::non_finite;
+    }
   }
-  return true;
+  return json_value_fault::none;
 }
 
 }  // namespace laneq::detail
