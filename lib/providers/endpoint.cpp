@@ -44,6 +44,14 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
   if (std::any_of(base.begin(), base.end(),
                   [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; }))
     refuse("has a space or a control character (a line end read with it?)");
+  {  // "https://" alone (a variable left unset): curl would read the path's first word as a host
+    const auto start = base.find("://") + 3;
+    std::string_view authority(base);
+    authority = authority.substr(start, authority.find_first_of("/?#", start) - start);
+    if (const auto at = authority.rfind('@'); at != std::string_view::npos)
+      authority.remove_prefix(at + 1);  // user:password@
+    if (authority.empty() || authority.front() == ':') refuse("has no host name");
+  }
   // A query (a compatible server's "?api-version=" or "?key=") stays at the end.
   std::string query;
   if (const auto q = base.find('?'); q != std::string::npos) {

@@ -717,6 +717,16 @@ TEST_CASE("both providers: a header that would not go on the wire as given is a 
           "has a space or a control character");
   refused([&] { laneq::OpenAIProvider(transport, {.base_url = "ftp://h/v1?key=" + secret_key}); },
           "\"ftp://h/v1\" must start with http:// or https://");
+  // no host (https://${HOST} with HOST unset): curl would take "v1" of the path as the host
+  for (const char* no_host : {"https://", "https:///v1", "http://?key=x", "https://user@/v1",
+                              "https://:8080/v1"}) {
+    refused([&] { laneq::OpenAIProvider(transport, {.api_key = "k", .base_url = no_host}); },
+            "has no host name");
+    refused([&] { laneq::AnthropicProvider(transport, {.api_key = "k", .base_url = no_host}); },
+            "has no host name");
+  }
+  CHECK_NOTHROW(laneq::OpenAIProvider(transport, {.base_url = "http://u:p@h:1/v1?k=v"}));
+  CHECK_NOTHROW(laneq::OpenAIProvider(transport, {.base_url = "http://[::1]:9/"}));
   // a tab and obs-text are allowed in a value
   CHECK_NOTHROW(laneq::OpenAIProvider(transport, {.api_key = "k", .extra_headers = {{"X-Ok", "a\tb \xc3\xa9"}}}));
 }
