@@ -811,6 +811,33 @@ TEST_CASE("scripted outcomes with a status or a delay out of range are refused, 
   CHECK(limited.header("retry-after") == "86400");
 }
 
+TEST_CASE("outcomes scripted in code and in-process configs are held to the same bounds - "
+          "milliseconds::max() as \"never answer\" is refused, not wrapped to an answer at once") {
+  using std::chrono::milliseconds;
+  MockServerThread server;
+  laneq::mock::MockOutcome slow;
+  slow.latency = milliseconds::max();
+  laneq::mock::MockOutcome fine;
+  fine.latency = milliseconds(5);
+  CHECK_THROWS_AS(server.script({fine, slow}), std::invalid_argument);
+  laneq::mock::MockOutcome bad_status;
+  bad_status.kind = laneq::mock::OutcomeKind::error;
+  bad_status.status = 200;
+  CHECK_THROWS_AS(server.script({bad_status}), std::invalid_argument);
+  laneq::mock::MockOutcome late;
+  late.kind = laneq::mock::OutcomeKind::rate_limit;
+  late.retry_after_ms = milliseconds(-1);
+  CHECK_THROWS_AS(server.script({late}), std::invalid_argument);
+  // all or none: the good one was not queued either (an empty script answers the count)
+  CHECK(HttpClient(server.port()).post("/control/script", json::array()).json()["pending"] == 0);
+  asio::io_context io;
+  for (auto cfg : {laneq::mock::MockConfig{.latency = milliseconds::max()},
+                   laneq::mock::MockConfig{.jitter = milliseconds::max()},
+                   laneq::mock::MockConfig{.stream_chunk_delay = milliseconds::max()}})
+    CHECK_THROWS_AS(MockServer(io, cfg), std::invalid_argument);
+  CHECK_NOTHROW(MockServer(io, {.latency = std::chrono::hours(24 * 365)}));
+}
+
 TEST_CASE("a stalled answer holds the call until the client gives up, which the server counts") {
   MockServerThread server;
   server.script({laneq::mock::MockOutcome{.kind = laneq::mock::OutcomeKind::stall}});

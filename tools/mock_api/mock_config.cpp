@@ -1,5 +1,6 @@
 #include "mock_api/mock_config.hpp"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -14,9 +15,13 @@ void require(bool ok, const char* field, const char* rule) {
 }  // namespace
 
 void validate(const MockConfig& c) {
-  require(c.latency.count() >= 0, "latency", "must be >= 0");
-  require(c.jitter.count() >= 0, "jitter", "must be >= 0");
-  require(c.stream_chunk_delay.count() >= 0, "stream_chunk_delay", "must be >= 0");
+  // (bounded so that they convert to nanoseconds, and add up, without overflow:
+  // milliseconds::max() as "never answer" would wrap negative, an answer at once)
+  constexpr std::chrono::milliseconds century = std::chrono::hours(24 * 36525);
+  require(c.latency.count() >= 0 && c.latency <= century, "latency", "must be in [0, 100 years]");
+  require(c.jitter.count() >= 0 && c.jitter <= century, "jitter", "must be in [0, 100 years]");
+  require(c.stream_chunk_delay.count() >= 0 && c.stream_chunk_delay <= century,
+          "stream_chunk_delay", "must be in [0, 100 years]");
   require(c.completion_tokens >= 1, "completion_tokens", "must be >= 1");
   require(c.rpm >= 0, "rpm", "must be >= 0 (0 = no limit)");
   require(c.tpm >= 0, "tpm", "must be >= 0 (0 = no limit)");

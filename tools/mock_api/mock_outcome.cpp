@@ -90,10 +90,25 @@ MockOutcome outcome_from_json(const nlohmann::json& j) {
     o.kind = *status == 200 ? OutcomeKind::ok
              : *status == 429 ? OutcomeKind::rate_limit
                               : OutcomeKind::error;
-  if (o.kind == OutcomeKind::error) {
-    if (status && *status < 400) bad("kind error needs a status in 400..599");
-    if (status) o.status = *status;
-  }
+  if (o.kind == OutcomeKind::error && status) o.status = *status;
+  validate(o);
+  return o;
+}
+
+void validate(const MockOutcome& o) {
+  if (to_string(o.kind) == "unknown") bad("unknown kind " + std::to_string(int(o.kind)));
+  if (o.kind == OutcomeKind::error && (o.status < 400 || o.status > 599))
+    bad("kind error needs a status in 400..599");
+  if (o.rate_limit_type != "requests" && o.rate_limit_type != "tokens")
+    bad("type must be \"requests\" or \"tokens\"");
+  const auto in_range = [](auto d, std::chrono::milliseconds max) {
+    return d.count() >= 0 && d <= max;
+  };
+  const std::chrono::milliseconds day{max_delay_ms};
+  if (o.latency && !in_range(*o.latency, day)) bad("latency_ms must be in 0..86400000");
+  if (o.retry_after_ms && !in_range(*o.retry_after_ms, day))
+    bad("retry_after_ms must be in 0..86400000");
+  if (o.retry_after && !in_range(*o.retry_after, day)) bad("retry_after must be in 0..86400");
   // Sent with error answers only: on any other outcome they would be dropped without a word.
   const bool error_answer = o.kind == OutcomeKind::error || o.kind == OutcomeKind::rate_limit ||
                             o.kind == OutcomeKind::insufficient_quota ||
@@ -101,7 +116,6 @@ MockOutcome outcome_from_json(const nlohmann::json& j) {
   if ((o.retry_after_ms || o.retry_after) && !error_answer)
     bad("retry_after_ms and retry_after need an error outcome (error, rate_limit, "
         "insufficient_quota, too_large)");
-  return o;
 }
 
 std::vector<MockOutcome> outcomes_from_json(const nlohmann::json& j) {

@@ -48,6 +48,9 @@ struct MockOutcome {
 // retry-after keys only with an error answer. Unknown keys or bad values throw
 // std::invalid_argument.
 MockOutcome outcome_from_json(const nlohmann::json& j);
+// The same rules for an outcome built in code (MockServer::script checks each): throws
+// std::invalid_argument.
+void validate(const MockOutcome& o);
 // An array of outcomes, or one object.
 std::vector<MockOutcome> outcomes_from_json(const nlohmann::json& j);
 

@@ -52,7 +52,9 @@ class MockServer {
   // Later calls use `config` (its port is ignored); the rate-limit buckets restart full.
   void set_config(MockConfig config);
   MockConfig config() const;
-  void script(std::vector<MockOutcome> outcomes);  // appended (POST /control/script)
+  // Appended (POST /control/script); all or none: an outcome out of bounds (see
+  // outcome_from_json) throws std::invalid_argument.
+  void script(std::vector<MockOutcome> outcomes);
 
  private:
   std::shared_ptr<detail::ServerCore> core_;

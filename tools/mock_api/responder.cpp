@@ -85,6 +85,7 @@ MockConfig Responder::config() const {
 }
 
 void Responder::script(std::vector<MockOutcome> outcomes) {
+  for (const auto& o : outcomes) validate(o);  // all or none
   std::lock_guard lock(mu_);
   for (auto& o : outcomes) script_.push_back(std::move(o));
 }
