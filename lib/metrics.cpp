@@ -375,7 +375,7 @@ void Metrics::finished(std::size_t lane, ClientRef c, Outcome o, From from,
       case From::queued: s.depth.add(-1); break;
       case From::in_flight:
         s.in_flight.add(-1);
-        s.latency().service.record(service);
+        if (service_time != no_call) s.latency().service.record(service);
         break;
     }
   });
@@ -538,8 +538,9 @@ struct SummaryFamily {
   LatencySummary SeriesSnapshot::*field;
 };
 constexpr SummaryFamily summary_families[] = {
-    {"queue_wait_seconds", "Time from submit to start.", &SeriesSnapshot::queue_wait},
-    {"service_time_seconds", "Time from start to finish of started requests.",
+    {"queue_wait_seconds", "Time from submit to the start of each attempt.",
+     &SeriesSnapshot::queue_wait},
+    {"service_time_seconds", "Duration of the last provider call of each finished request.",
      &SeriesSnapshot::service_time},
     {"limiter_wait_seconds", "Time started requests waited on the rate limiter before the call.",
      &SeriesSnapshot::limiter_wait},

@@ -1140,6 +1140,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   void begin_attempt(worker& w, op_ptr op, steady::time_point now) {
     op->sched.started = now.time_since_epoch();  // service time = the call itself
+    op->in_call = true;
     if (!op->durable) return;
     // The lease is informative (a journal has one owner at a time): the call's deadline.
     const auto lease = op->deadline != never ? op->deadline - now
@@ -1235,11 +1236,15 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     }
     if (!d.retry || streamed)
       return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
-    const auto at = steady::now() + d.delay;
+    const auto now = steady::now();
+    const auto at = now + d.delay;
     if (at >= op->deadline) {  // the retry could not finish in time: fail now, with the cause
       return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::in_flight,
                     std::move(resp));
     }
+    // The call is over: if the request ends before another begins, its service time is this.
+    resp.service_time = now - op->started_at();
+    op->in_call = false;
     last_errors_.insert_or_assign(op, retry_info{std::move(resp), at});
     // (finish releases a durable row itself)
     if (stopping_ && !drain_)  // no new attempt: it ends as one waiting for its retry does
@@ -1326,23 +1331,27 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
   void finish(op_ptr op, std::error_code ec, Metrics::Outcome outcome, Metrics::From from,
               Response&& resp) {
+    // The service time is the last call's: the one on the wire now, else the one before a
+    // retry's wait; none if the request ends before any call (e.g. at the rate limiter).
+    std::chrono::nanoseconds service = Metrics::no_call;
+    if (from == Metrics::From::in_flight) {
+      finished_at_ = steady::now();
+      if (op->in_call) service = finished_at_ - op->started_at();
+    }
     if (op->attempts > 0) {
       // A request between attempts that times out (or is cancelled) carries the last error.
       if (auto it = last_errors_.find(op); it != last_errors_.end()) {
+        if (!op->in_call) service = it->second.last.service_time;
         if (ec && resp.status == 0 && resp.error_message.empty()) resp = std::move(it->second.last);
         last_errors_.erase(it);
       }
       resp.attempts = op->attempts;
     }
-    auto service = steady::duration::zero();
-    if (from == Metrics::From::in_flight) {
-      finished_at_ = steady::now();
-      service = finished_at_ - op->started_at();
-    }
     metrics_.finished(op->lane, op->client_ref, outcome, from, service, finished_at_);
     if (from == Metrics::From::in_flight) {
-      resp.queue_wait = op->started_at() - op->submitted_at;  // incl. limiter wait and retries
-      resp.service_time = service;
+      // The rest of its time since submit: queued, at the limiter, earlier calls and back-offs.
+      resp.service_time = service == Metrics::no_call ? std::chrono::nanoseconds{0} : service;
+      resp.queue_wait = finished_at_ - op->submitted_at - resp.service_time;
     }
     if (op->durable && op->durable->row > 0) return settle_durable(op, ec, outcome, std::move(resp));
     op->complete(ec, std::move(resp));

@@ -94,6 +94,9 @@ struct Response {
   std::string error_message{};
   // Filled by the queue.
   std::uint32_t attempts = 0;
+  // service_time: the last provider call's (0 if none was made); queue_wait: the rest of the
+  // time from submit to the outcome (queued, at the rate limiter, earlier calls, back-offs).
+  // Both 0 for a request that never left its queue.
   std::chrono::nanoseconds queue_wait{0};
   std::chrono::nanoseconds service_time{0};
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -509,6 +510,50 @@ TEST_CASE("a retried request whose deadline passes while it waits to retry times
     co_await queue.shutdown();
   });
   CHECK(provider.calls() <= 6);
+}
+
+TEST_CASE("service time is the last call's: a request that ends at the rate limiter records "
+          "none, and one that ends in a retry's back-off records its call, not the wait",
+          "[queue][limits][retry][metrics]") {
+  asio::io_context io;
+  laneq::SimulatedProvider provider({.latency = 1ms});
+  provider.script({.error = errc::server_error, .status = 502});  // the first call fails
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 2, .rate_limits = {.requests = 2, .period = 60s},
+       .retry = {.max_attempts = 3, .base_delay = 5s, .max_delay = 5s},
+       .random = [] { return 0.99; }});
+  queue.start();
+  std::map<std::string, std::pair<std::error_code, laneq::Response>> got;
+  const auto keep = [&](std::string name) {
+    return [&got, &queue, name](std::error_code ec, laneq::Response r) {
+      got[name] = {ec, std::move(r)};
+      if (name == "limited")  // A waits out its ~5 s back-off: end it now
+        queue.async_shutdown({.drain = false}, [](std::error_code) {});
+    };
+  };
+  // A's call fails (a back-off of ~5 s), B's succeeds, and the budget is spent: C waits at the
+  // limiter until its deadline, with no call made.
+  queue.async_submit(chat("A"), {}, keep("backoff"));
+  queue.async_submit(chat("B"), {}, keep("ok"));
+  queue.async_submit(chat("C"), {.timeout = 1s}, keep("limited"));
+  io.run();
+  REQUIRE(got.size() == 3);
+  const auto& [ec_c, c] = got["limited"];
+  CHECK(ec_c == errc::timeout);
+  CHECK(c.service_time == 0ns);  // no call: all of its second was waiting
+  CHECK(c.queue_wait >= 900ms);
+  const auto& [ec_a, a] = got["backoff"];
+  CHECK(ec_a == errc::shutting_down);
+  CHECK(a.status == 502);
+  CHECK(a.service_time < 500ms);  // its 1 ms call, not the second of back-off after it
+  CHECK(a.service_time > 0ns);
+  CHECK(a.queue_wait >= 900ms);
+  CHECK_FALSE(got["ok"].first);
+  const auto m = queue.metrics().total;
+  CHECK(m.service_time.count == 2);  // A's call and B's; none for C
+  CHECK(m.service_time.max_ms < 500);
+  CHECK(m.limiter_wait.max_ms >= 900);  // C's wait is where it belongs
 }
 
 TEST_CASE("a draining shutdown that waits only for a retry's back-off finishes when that "

@@ -198,6 +198,9 @@ struct submit_op_base {
   // Resolved by someone else (cancel, deadline, shutdown) while a worker still has it: the
   // worker holds a reference, which it drops when it is done with the request.
   bool worker_ref = false;
+  // A provider call of the current attempt began (and has not ended in a retry): the service
+  // time is that call's. (In the byte of padding before `lane`.)
+  bool in_call = false;
   std::uint16_t lane = 0;      // < 64 lanes
   std::int32_t prompt_tokens = 0;  // prompt estimate, made once at admission
 
