@@ -277,7 +277,7 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
   // Holds every grant for `d` (clamped to a day: a server's absurd value must not overflow).
   void pause(std::chrono::nanoseconds d) {
     const auto now = steady::now();
-    d = std::min<std::chrono::nanoseconds>(d, std::chrono::hours(24));
+    d = std::min<std::chrono::nanoseconds>(d, RateLimiter::max_pause);
     if (budgets.paused_until() <= now) ++pauses;  // a new pause, not N workers' echoes of one
     budgets.pause_until(now + std::chrono::duration_cast<Duration>(d));
     refresh();

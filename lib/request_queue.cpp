@@ -1204,8 +1204,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // It comes before the refund and the server's counts: either may grant a waiter at once,
     // which would then call straight into the 429 (even when this request was resolved
     // meanwhile, the server's answer holds for the others).
-    const auto held = d.pause_all ? std::min(d.pause, cfg_.retry.retry_after_limit())
-                                  : std::chrono::nanoseconds{0};
+    // (The limiter's own cap too: a retry-after of 25 h, allowed by a max_retry_after of 48 h,
+    // holds the others 24 h, and this request waits the rest on its own below.)
+    const auto held =
+        d.pause_all ? std::min({d.pause, cfg_.retry.retry_after_limit(),
+                                std::chrono::nanoseconds(RateLimiter::max_pause)})
+                    : std::chrono::nanoseconds{0};
     if (d.pause_all) lim.pause_for(held);
     // The refund and the server's view in one step: a refund alone could grant a waiter that
     // the same answer's exhausted bucket holds. An exhausted bucket holds every start no longer

@@ -149,8 +149,10 @@ class RateLimiter {
   void settle(Ticket ticket, RateCost estimate, RateCost actual, const RateLimitInfo& info,
               std::chrono::nanoseconds max_hold = std::chrono::nanoseconds::max());
 
-  // Holds every grant for `d` from now (a 429 / 503 / 529): one pause for all waiters. At most 24 h
-  // (a longer `d` is taken as 24 h: a server's absurd reset must not stop a process for good).
+  // Holds every grant for `d` from now (a 429 / 503 / 529): one pause for all waiters. At most
+  // max_pause (a longer `d` is taken as max_pause: a server's absurd reset must not stop a
+  // process for good).
+  static constexpr std::chrono::hours max_pause{24};
   void pause_for(std::chrono::nanoseconds d);
 
   // New limits at runtime. What was spent stays spent in every budget that remains (also when

@@ -226,6 +226,36 @@ TEST_CASE("an exhausted bucket whose reset is already past holds starts a moment
   CHECK(held < 700ms);  // ...but capped at max_retry_after
 }
 
+TEST_CASE("a retry-after longer than the limiter's longest pause (a day) keeps its request out "
+          "of its lane for the whole of it, not only the pause", "[queue][limits][retry]") {
+  asio::io_context io;
+  TimedProvider provider({.latency = 1ms});
+  provider.inner.script({.error = errc::rate_limited, .status = 429,
+                         .headers = {{"retry-after", "90000"}}});  // 25 h
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.max_retry_after = 48h}});
+  queue.start();
+  std::error_code got{};
+  bool done = false;
+  // (no deadline: the lane's default would end it at once, as a retry it could not wait for)
+  queue.async_submit(chat("A"), {.timeout = std::chrono::milliseconds::max()},
+                     [&](std::error_code ec, laneq::Response) {
+                       got = ec;
+                       done = true;
+                     });
+  laneq::test::run_until(io, [&] { return queue.metrics().total.rate_limited == 1; });
+  const auto m = queue.metrics().total;
+  CHECK(m.retried == 0);  // not back in its lane, where the pause's end (24 h) would start it
+  CHECK(m.depth == 0);
+  CHECK(m.in_flight == 1);  // waiting out its own 25 h
+  CHECK(queue.metrics().limiters.at(0).pauses == 1);
+  queue.async_shutdown({.drain = false}, [](std::error_code) {});
+  io.run();
+  CHECK(done);
+  CHECK(got == errc::shutting_down);
+  CHECK(provider.seen() == std::vector<std::string>{"A"});
+}
+
 TEST_CASE("max_retry_after = 0 holds no start for an exhausted bucket", "[queue][limits][retry]") {
   // (the reset was capped to 0, which then read as "past": a 1 s hold)
   CHECK(held_after_exhausted("20s", 0ms) < 500ms);
