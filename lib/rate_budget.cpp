@@ -40,6 +40,10 @@ Duration RateBudgets::spacing(const Budget& b, std::int64_t cost) const {
 }
 
 void RateBudgets::spend_now(Budget& b, std::int64_t units, TimePoint now) {
+  // Debt beyond 2^62 (limits are at most 2^50) holds nothing more: the sum must not overflow
+  // when a caller reports absurd usage over and over.
+  units = std::min(units, (std::int64_t{1} << 62) - b.spent);
+  if (units <= 0) return;
   b.window.push_back({now, units, 0});  // no ticket: debt or the server's view, not a grant
   b.spent += units;
 }

@@ -198,6 +198,21 @@ TEST_CASE("smooth mode: absurd usage delays the next grant by one period at most
   CHECK(d.available(0, t0) == 500);
 }
 
+TEST_CASE("debt past any limit is not summed without bound: the spent count cannot overflow "
+          "into a budget that grants freely",
+          "[rate_budget]") {
+  RateBudgets b({{.name = "tokens", .limit = 1000, .period = 60s}});
+  auto g = b.try_acquire(c({100}), t0);
+  REQUIRE(g.granted);
+  // The grant has aged out: each report of an absurd usage (capped at 2^50 + 1 units) adds
+  // its debt again; 8,192 of them are 2^63 units.
+  for (int i = 0; i < 9000; ++i)
+    b.reconcile(g.ticket, 0, 100, INT64_MAX, t0 + 61s);
+  CHECK(b.available(0, t0 + 61s) < 0);
+  CHECK_FALSE(b.try_acquire(c({1}), t0 + 62s).granted);
+  CHECK(b.try_acquire(c({1}), t0 + 121s).granted);  // the debt ages out a period later
+}
+
 TEST_CASE("a call that outlives the period is charged its extra usage as debt", "[rate_budget]") {
   RateBudgets b({{.name = "tokens", .limit = 1000, .period = 10s}});
   auto g = b.try_acquire(c({100}), t0);
