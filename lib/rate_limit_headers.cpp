@@ -215,8 +215,10 @@ constexpr std::size_t kind_of(std::string_view k) noexcept {
 // every name (a response carries six or more of them on every call).
 constexpr std::size_t find_slot(std::string_view name) noexcept {
   constexpr std::string_view openai = "x-ratelimit-", anthropic = "anthropic-ratelimit-";
-  if (name.starts_with(openai)) {  // x-ratelimit-{limit,remaining,reset}-{requests,tokens}
-    const auto rest = name.substr(openai.size());
+  constexpr std::string_view azure = "x-rate-limit-";  // Azure OpenAI's spelling of some
+  if (name.starts_with(openai) || name.starts_with(azure)) {
+    // x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+    const auto rest = name.substr(name.starts_with(openai) ? openai.size() : azure.size());
     const auto dash = rest.find('-');
     if (dash == std::string_view::npos) return slot_count;
     const std::size_t kind = kind_of(rest.substr(0, dash));
@@ -434,12 +436,18 @@ RateLimitInfo parse_rate_limit_headers(const Headers& headers, SysTime now) noex
     if (auto t = parse_rfc3339(v)) return until(*t, now);
     return std::nullopt;
   };
+  // A Go duration; Azure OpenAI sends whole seconds ("55"), with no unit.
+  const auto openai_reset = [](std::string_view v) -> std::optional<nanoseconds> {
+    if (auto d = parse_go_duration(v)) return d;
+    if (!v.empty() && is_digit(v[0])) return parse_decimal(v, 1'000'000'000);
+    return std::nullopt;
+  };
   const std::array<std::pair<slot, RateLimitInfo::Bucket*>, 2> openai{{
       {oa_limit_requests, &info.requests}, {oa_limit_tokens, &info.tokens}}};
   for (const auto& [first, bucket] : openai) {
     set_if(bucket->limit, h[first], parse_non_negative_int);
     set_if(bucket->remaining, h[first + 1], parse_non_negative_int);
-    set_if(bucket->reset_after, h[first + 2], parse_go_duration);
+    set_if(bucket->reset_after, h[first + 2], openai_reset);
   }
   const std::array<std::pair<slot, RateLimitInfo::Bucket*>, 4> anthropic{{
       {an_requests_limit, &info.requests},

@@ -47,7 +47,8 @@ struct RateLimitInfo {
 };
 
 // Reads (header names ignore case, values are trimmed):
-//   x-ratelimit-{limit,remaining,reset}-{requests,tokens}                (reset: Go duration)
+//   x-ratelimit-{limit,remaining,reset}-{requests,tokens}                (reset: Go duration,
+//     or seconds with no unit as Azure OpenAI sends them; Azure's x-rate-limit-* too)
 //   anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
 //                                               (reset: RFC 3339 -> max(0, reset - now))
 //   retry-after-ms (ms, may be fractional) over retry-after (seconds, or HTTP-date -> max(0, d - now))

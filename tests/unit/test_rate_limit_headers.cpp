@@ -147,6 +147,26 @@ TEST_CASE("The full OpenAI header set fills requests and tokens") {
   CHECK_FALSE(r.should_retry);
 }
 
+TEST_CASE("Azure OpenAI's resets in whole seconds with no unit, and its x-rate-limit-* spelling, "
+          "are read - a 429 that carries only them is not retried blind") {
+  // openai/openai-python#937: a 429 with x-rate-limit-reset-tokens: 55 and no retry-after
+  const Headers azure{{"x-rate-limit-reset-tokens", "55"},
+                      {"x-ratelimit-remaining-requests", "0"},
+                      {"x-ratelimit-reset-requests", "1.5"}};
+  const RateLimitInfo r = parse_rate_limit_headers(azure, at(may1));
+  CHECK(r.tokens.reset_after == nanoseconds(55s));
+  CHECK(r.requests.remaining == 0);
+  CHECK(r.requests.reset_after == nanoseconds(1500ms));
+  CHECK(parse_rate_limit_headers({{"x-ratelimit-reset-tokens", "55"}}, at(may1))
+            .tokens.reset_after == nanoseconds(55s));
+  for (const char* bad : {"-1", "55 s", "55x", "x55", ""}) {
+    INFO(bad);
+    CHECK_FALSE(parse_rate_limit_headers({{"x-ratelimit-reset-tokens", bad}}, at(may1))
+                    .tokens.reset_after);
+  }
+  CHECK_FALSE(parse_rate_limit_headers({{"x-rate-limit-other-tokens", "5"}}, at(may1)).tokens.any());
+}
+
 TEST_CASE("The full Anthropic header set fills all four buckets with resets relative to now") {
   const Headers h{{"anthropic-ratelimit-requests-limit", "50"},
                   {"anthropic-ratelimit-requests-remaining", "49"},
