@@ -36,6 +36,11 @@ TEST_CASE("the terminal bar shows done/total, lanes, rates against limits, 429s 
   CHECK(bar.find("429s 3") != std::string::npos);
   CHECK(bar.find("ETA 12s") != std::string::npos);
   CHECK(laneq::cli::render_bar(sample(), 60).size() == 60);  // cut to the terminal
+  auto almost = sample();
+  almost.done = 299;  // 99.67 %: not 100 % while a line is left
+  CHECK(laneq::cli::render_bar(almost, 200).find("299/300  99%") != std::string::npos);
+  almost.done = 300;
+  CHECK(laneq::cli::render_bar(almost, 200).find("300/300 100%") != std::string::npos);
 }
 
 TEST_CASE("a plain progress line stands alone in a log", "[cli]") {
