@@ -8,7 +8,7 @@
 //   stream-prebuilt: the same callers, submitting requests all built before the clock starts
 //            (B1 stream until 2026-11-23). Reading 200k prebuilt requests in 100 interleaved
 //            strides through 48 MB costs cache misses that are the benchmark's, not the queue's:
-//            this mode runs about 30 % slower than `stream`, which does more work.
+//            this mode runs 15-30 % slower than `stream` (by the machine), which does more work.
 // Prints one JSON line: req/s, bytes per queued request (resident memory growth while all are
 // queued, beyond the Request payloads themselves), peak RSS.
 #include <asio/co_spawn.hpp>

@@ -129,6 +129,10 @@ int concurrency() {
                        });
   io.run();
   const double secs = std::chrono::duration<double>(steady::now() - t0).count();
+  if (!seen.is_object()) {  // the server's counts are the point of this mode
+    std::fprintf(stderr, "b4_http: GET /stats from the mock server failed\n");
+    return 1;
+  }
   std::printf(
       "{\"bench\":\"B4-concurrency\",\"in_flight\":%d,\"failed\":%d,"
       "\"server_peak_in_flight\":%s,\"server_peak_connections\":%s,\"seconds\":%.2f,"
@@ -146,7 +150,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: b4_http [ratio|concurrency]\n");
     return 2;
   }
-  const int n = std::getenv("B4_N") ? std::atoi(std::getenv("B4_N")) : 20000;
+  // (5 rounds of n / 5 calls each: fewer than 5 would make rounds of none)
+  const auto count = count_arg(std::getenv("B4_N"), 20000);
+  if (!count || *count < 5 || *count > 100'000'000) {
+    std::fprintf(stderr, "b4_http: B4_N must be a whole number from 5 to 100000000\n");
+    return 2;
+  }
+  const int n = static_cast<int>(*count);
   laneq::mock::MockServerThread mock;
   if (const char* only = std::getenv("B4_PATH")) {
     const std::string path = only;
