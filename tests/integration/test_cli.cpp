@@ -263,6 +263,27 @@ TEST_CASE("laneq run exits 0 when every line succeeded and prints a summary per 
   CHECK(r.err.find("429s sent: 0") != std::string::npos);  // the mock enforced the same limit
 }
 
+TEST_CASE("with --mock, a 429 from the mock makes the exit code 1: the settings overran the "
+          "limits it enforces - a burst into a limit enforced in 1 s slices, not a smooth run",
+          "[cli]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(40));
+  const std::vector<std::string> base = {"run", dir.file("in.jsonl"), "--out",
+                                         dir.file("out.jsonl"), "--mock", "--mock-latency-ms",
+                                         "5", "--rpm", "1200", "--mock-rpm-slice-ms", "1000",
+                                         "--progress", "none"};
+  auto smooth = base;
+  smooth.push_back("--smooth");
+  const auto ok = run_cli(smooth);
+  CHECK(ok.code == 0);
+  CHECK(ok.err.find("40 of 40 lines succeeded") != std::string::npos);
+  CHECK(ok.err.find("429s sent: 0") != std::string::npos);
+  const auto burst = run_cli(base);  // 8 workers at once against 20 per second
+  CHECK(burst.code == 1);
+  CHECK_THAT(burst.err, Catch::Contains("answered") &&
+                            Catch::Contains("with 429: these settings overran the limits"));
+}
+
 TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
   TempDir dir;
   write_lines(dir.file("in.jsonl"), good_lines(2));
@@ -309,6 +330,8 @@ TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
   refused({"--out", dir.file("o"), "--mock", "--base-url", "http://127.0.0.1:9"},
           "--mock and --base-url exclude each other");
   refused({"--out", dir.file("o"), "--mock-latency-ms", "5"}, "--mock-latency-ms needs --mock");
+  refused({"--out", dir.file("o"), "--mock-rpm-slice-ms", "5"},
+          "--mock-rpm-slice-ms needs --mock");
   refused({"--out", dir.file("o"), "--base-url", "127.0.0.1:9"}, "must start with http://");
   // empty reads as "not given": no journal, or the default (paid) endpoint
   refused({"--out", dir.file("o"), "--mock", "--journal", ""},

@@ -465,6 +465,27 @@ TEST_CASE("the rpm bucket answers 429 with both header families, which laneq par
   CHECK(s["by_status"]["429"] == 1);
 }
 
+TEST_CASE("rpm_slice enforces a minute's limit in short slices too - the headers show the "
+          "minute's bucket, the 429 the slice's wait") {
+  MockConfig cfg;
+  cfg.rpm = 600;                // 10 per second
+  cfg.rpm_slice = std::chrono::milliseconds(1000);  // so at most 10 at once
+  MockServerThread server(cfg);
+  HttpClient c(server.port());
+  for (int i = 0; i < 10; ++i) REQUIRE(c.post(chat_path, openai_body(), openai_auth()).status == 200);
+  const auto limited = c.post(chat_path, openai_body(), openai_auth());
+  REQUIRE(limited.status == 429);
+  CHECK(limited.json()["error"]["type"] == "requests");
+  const auto info = parse_rate_limit_headers(limited.headers, std::chrono::system_clock::now());
+  CHECK(info.requests.limit == 600);
+  CHECK(info.requests.remaining == 590);  // the minute's bucket: 590 of 600 left
+  REQUIRE(info.retry_after);
+  CHECK(*info.retry_after <= 100ms);  // one request comes back every 100 ms
+  CHECK(server.stats()["sent_429"] == 1);
+  CHECK_THROWS_AS(MockServerThread(MockConfig{.rpm = 1, .rpm_slice = std::chrono::minutes(2)}),
+                  std::invalid_argument);
+}
+
 TEST_CASE("the tpm bucket charges prompt + max_tokens up front and takes back what was unused") {
   MockConfig cfg;
   cfg.tpm = 100;

@@ -247,7 +247,8 @@ class BatchRun {
       setup_step("cannot start the mock API server", [&] {
         mock_.emplace(io, mock::MockConfig{.latency = o_.mock_latency,
                                            .jitter = o_.mock_latency / 2,
-                                           .rpm = o_.rpm, .tpm = o_.tpm});
+                                           .rpm = o_.rpm, .rpm_slice = o_.mock_rpm_slice,
+                                           .tpm = o_.tpm});
         mock_->start();
       });
       base_url = mock_->base_url();
@@ -609,7 +610,16 @@ class BatchRun {
                    "429s sent: %s\n",
                    mock_seen_["requests"].dump().c_str(), mock_seen_["max_in_1s"].dump().c_str(),
                    mock_seen_["max_in_60s"].dump().c_str(), mock_seen_["sent_429"].dump().c_str());
-    const int code = run_exit_code(state_, interrupted_);
+    int code = run_exit_code(state_, interrupted_);
+    // The mock enforces the limits laneq was given: a 429 from it means laneq overran them
+    // (or the mock counts stricter, e.g. in slices without --smooth), retried or not.
+    if (const auto sent = mock_seen_.is_object() ? mock_seen_.value("sent_429", 0) : 0;
+        sent > 0) {
+      std::fprintf(stderr, "laneq: the mock API server answered %d call(s) with 429: these "
+                           "settings overran the limits it enforces%s\n", sent,
+                   code == 130 ? "" : " (exit 1)");
+      if (code == 0) code = 1;
+    }
     if (code == 130)
       std::fprintf(stderr, "laneq: interrupted with %zu line(s) not run; %s\n",
                    lines_left(state_),

@@ -26,6 +26,8 @@ struct RunOptions {
   bool mock = false;                 // start the bundled mock API server and call it
   std::chrono::milliseconds mock_latency{50};
   bool mock_latency_given = false;
+  std::chrono::milliseconds mock_rpm_slice{0};  // MockConfig::rpm_slice
+  bool mock_rpm_slice_given = false;
   std::string progress = "auto";     // auto | bar | plain | none
   std::chrono::milliseconds progress_interval{5000};  // plain lines
   bool help = false;

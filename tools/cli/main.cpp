@@ -69,6 +69,11 @@ const std::vector<Flag>& run_flags() {
          o.mock_latency = std::chrono::milliseconds(integer(f, v, 0, big));
          o.mock_latency_given = true;
        }},
+      {"--mock-rpm-slice-ms", true, "N  the mock enforces --rpm in slices of N ms, as providers may (0: per minute)",
+       [](RunOptions& o, auto f, auto v) {
+         o.mock_rpm_slice = std::chrono::milliseconds(integer(f, v, 0, 60'000));
+         o.mock_rpm_slice_given = true;
+       }},
       {"--progress", true, "MODE   auto (a bar on a terminal, lines otherwise), bar, plain, none",
        [](RunOptions& o, auto f, auto v) {
          if (v != "auto" && v != "bar" && v != "plain" && v != "none")
@@ -131,6 +136,8 @@ int run_command(int argc, char** argv) {
     conflict = "--mock and --base-url exclude each other (the mock has its own address)";
   else if (o.mock_latency_given && !o.mock)
     conflict = "--mock-latency-ms needs --mock";
+  else if (o.mock_rpm_slice_given && !o.mock)
+    conflict = "--mock-rpm-slice-ms needs --mock";
   if (conflict) {
     std::fprintf(stderr, "laneq run: %s (see laneq run --help)\n", conflict);
     return 2;

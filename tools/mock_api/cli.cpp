@@ -40,6 +40,8 @@ const std::vector<Flag>& flags() {
        [](CliOptions& o, auto f, auto v) { o.config.completion_tokens = integer(f, v, 1, big); }},
       {"--rpm", true, "N         requests per minute per API key (0 = no limit)",
        [](CliOptions& o, auto f, auto v) { o.config.rpm = integer(f, v, 0, big); }},
+      {"--rpm-slice-ms", true, "N  enforce --rpm in slices of N ms: the bucket holds rpm x N / 60000 (0 = the whole minute)",
+       [](CliOptions& o, auto f, auto v) { o.config.rpm_slice = ms(integer(f, v, 0, 60'000)); }},
       {"--tpm", true, "N         tokens per minute per API key (0 = no limit)",
        [](CliOptions& o, auto f, auto v) { o.config.tpm = integer(f, v, 0, big); }},
       {"--input-tpm", true, "N   Anthropic input tokens per minute (0 = no limit)",

@@ -11,12 +11,15 @@ constexpr double minute_ns = 60e9;
 
 }  // namespace
 
-TokenBucket::TokenBucket(std::int64_t limit_per_minute, SteadyTime now)
-    : limit_(limit_per_minute), level_(static_cast<double>(limit_per_minute)), at_(now) {}
+TokenBucket::TokenBucket(std::int64_t limit_per_minute, SteadyTime now, std::int64_t capacity)
+    : limit_(limit_per_minute),
+      capacity_(static_cast<double>(capacity > 0 ? capacity : limit_per_minute)),
+      level_(capacity_),
+      at_(now) {}
 
 void TokenBucket::refill(SteadyTime now) noexcept {
   if (now <= at_) return;
-  level_ = std::min(static_cast<double>(limit_),
+  level_ = std::min(capacity_,
                     level_ + static_cast<double>((now - at_).count()) * static_cast<double>(limit_) /
                                  minute_ns);
   at_ = now;
@@ -31,7 +34,7 @@ double TokenBucket::level(SteadyTime now) const noexcept {
 std::optional<std::chrono::nanoseconds> TokenBucket::wait_for(double amount,
                                                               SteadyTime now) const noexcept {
   if (!limited()) return std::chrono::nanoseconds{0};
-  if (amount > static_cast<double>(limit_)) return std::nullopt;
+  if (amount > capacity_) return std::nullopt;
   const double missing = amount - level(now);
   if (missing <= 0) return std::chrono::nanoseconds{0};
   return std::chrono::nanoseconds(
@@ -40,7 +43,7 @@ std::optional<std::chrono::nanoseconds> TokenBucket::wait_for(double amount,
 
 std::chrono::nanoseconds TokenBucket::until_full(SteadyTime now) const noexcept {
   if (!limited()) return std::chrono::nanoseconds{0};
-  const double missing = static_cast<double>(limit_) - level(now);
+  const double missing = capacity_ - level(now);
   return std::chrono::nanoseconds(
       static_cast<std::int64_t>(std::ceil(missing * minute_ns / static_cast<double>(limit_))));
 }
@@ -54,14 +57,27 @@ void TokenBucket::take(double amount, SteadyTime now) noexcept {
 void TokenBucket::give(double amount, SteadyTime now) noexcept {
   if (!limited()) return;
   refill(now);
-  level_ = std::min(static_cast<double>(limit_), level_ + amount);
+  level_ = std::min(capacity_, level_ + amount);
 }
+
+namespace {
+// rpm x slice / 1 min, at least 1; 0 (a whole minute) when no slice is set.
+std::int64_t slice_of(std::int64_t per_minute, std::chrono::milliseconds slice) {
+  if (slice.count() <= 0 || per_minute <= 0) return 0;
+  const auto units = static_cast<std::int64_t>(static_cast<long double>(per_minute) *
+                                               static_cast<long double>(slice.count()) / 60'000);
+  return std::max<std::int64_t>(units, 1);
+}
+}  // namespace
 
 KeyLimits::KeyLimits(const MockConfig& config, SteadyTime now)
     : requests_(config.rpm, now),
       tokens_(config.tpm, now),
       input_(config.input_tpm, now),
-      output_(config.output_tpm, now) {}
+      output_(config.output_tpm, now),
+      // (unlimited unless a slice is set: then it holds the slice's share, refilled at rpm)
+      requests_slice_(slice_of(config.rpm, config.rpm_slice) > 0 ? config.rpm : 0, now,
+                      slice_of(config.rpm, config.rpm_slice)) {}
 
 std::optional<Rejection> KeyLimits::take(const Charge& charge, SteadyTime now) {
   const struct {
@@ -69,6 +85,7 @@ std::optional<Rejection> KeyLimits::take(const Charge& charge, SteadyTime now) {
     double amount;
     std::string_view name;
   } parts[] = {{requests_, charge.requests, "requests"},
+               {requests_slice_, charge.requests, "requests"},
                {tokens_, charge.tokens, "tokens"},
                {input_, charge.input_tokens, "input_tokens"},
                {output_, charge.output_tokens, "output_tokens"}};
@@ -95,6 +112,7 @@ std::optional<Rejection> KeyLimits::take(const Charge& charge, SteadyTime now) {
 
 void KeyLimits::give_back(const Charge& charge, SteadyTime now) {
   requests_.give(charge.requests, now);
+  requests_slice_.give(charge.requests, now);
   tokens_.give(charge.tokens, now);
   input_.give(charge.input_tokens, now);
   output_.give(charge.output_tokens, now);

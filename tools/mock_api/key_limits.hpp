@@ -1,6 +1,7 @@
 #pragma once
 // KeyLimits: the server-side rate limits of one API key — token buckets for requests, tokens,
-// input tokens and output tokens, each `limit` per minute, refilled continuously, starting full.
+// input tokens and output tokens, each `limit` per minute, refilled continuously, starting full
+// (and, with MockConfig::rpm_slice, a second requests bucket holding only a slice's share).
 // Pure: the caller passes `now`.
 #include <chrono>
 #include <cstdint>
@@ -16,7 +17,8 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 class TokenBucket {
  public:
   TokenBucket() = default;  // unlimited
-  TokenBucket(std::int64_t limit_per_minute, SteadyTime now);
+  // Holds `capacity` units (0: a whole minute's limit), refilled at limit_per_minute.
+  TokenBucket(std::int64_t limit_per_minute, SteadyTime now, std::int64_t capacity = 0);
 
   bool limited() const noexcept { return limit_ > 0; }
   std::int64_t limit() const noexcept { return limit_; }
@@ -30,6 +32,7 @@ class TokenBucket {
  private:
   void refill(SteadyTime now) noexcept;
   std::int64_t limit_ = 0;
+  double capacity_ = 0;
   double level_ = 0;
   SteadyTime at_{};
 };
@@ -71,6 +74,9 @@ class KeyLimits {
 
  private:
   TokenBucket requests_, tokens_, input_, output_;
+  // MockConfig::rpm_slice: the same rpm enforced in short slices too. The headers show the
+  // minute's bucket, as the providers' do.
+  TokenBucket requests_slice_;
 };
 
 }  // namespace laneq::mock

@@ -24,6 +24,8 @@ void validate(const MockConfig& c) {
           "stream_chunk_delay", "must be in [0, 100 years]");
   require(c.completion_tokens >= 1, "completion_tokens", "must be >= 1");
   require(c.rpm >= 0, "rpm", "must be >= 0 (0 = no limit)");
+  require(c.rpm_slice.count() >= 0 && c.rpm_slice <= std::chrono::minutes(1), "rpm_slice",
+          "must be in [0, 60000] ms (0 = the whole minute)");
   require(c.tpm >= 0, "tpm", "must be >= 0 (0 = no limit)");
   require(c.input_tpm >= 0, "input_tpm", "must be >= 0 (0 = no limit)");
   require(c.output_tpm >= 0, "output_tpm", "must be >= 0 (0 = no limit)");

@@ -24,6 +24,10 @@ struct MockConfig {
   // starting full; 0 = no limit. A call is charged 1 request and, up front, prompt tokens +
   // max_tokens (completion_tokens when the request has none), as the providers do.
   std::int64_t rpm = 0;
+  // A minute's request limit enforced in short slices, as providers may (DESIGN: 60 RPM as 1
+  // per second): a second requests bucket holds rpm x rpm_slice / 1 min (at least 1),
+  // refilled at rpm per minute; the headers show the minute's bucket. 0 = none. 0..60,000 ms.
+  std::chrono::milliseconds rpm_slice{0};
   std::int64_t tpm = 0;
   std::int64_t input_tpm = 0;        // Anthropic only: prompt tokens
   std::int64_t output_tpm = 0;       // Anthropic only: max_tokens
