@@ -38,6 +38,10 @@ class Provider {
   // aborted and `done` gets an error (any; the queue reports `cancelled` or `timeout`), posted
   // too: never from inside the cancellation handler. The queue emits `ctx.cancel` on
   // `ctx.executor`. Failures are reported through `done`, never thrown.
+  // The slot is the worker's, reused for its next call: install and clear a handler on
+  // `ctx.executor` only, clear it before invoking `done`, and touch neither the slot nor
+  // anything the queue gave after `done` - the queue may resume inside `done`, start the next
+  // call (async_call again, before `done` returns: hold no lock across it) or be gone.
   virtual void async_call(const Request& request, const CallContext& ctx,
                           CallCompletion done) noexcept = 0;
 

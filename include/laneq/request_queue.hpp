@@ -168,10 +168,12 @@ class RequestQueue {
   // internal (an on_delta that threw) (later); provider errors from the last attempt
   // (retryable failures are retried first, see RetryPolicy). A timeout after a failed attempt
   // carries that attempt's Response (status, error type and message).
-  // Cancellation (the handler's cancellation slot): a request nothing was sent for (waiting,
-  // queued, waiting on the limiter) is removed by any type and completes with `cancelled`
-  // without reaching the provider; one in a retry's back-off by partial or terminal; a call on
-  // the wire only by terminal: it completes with `cancelled` at once and the call is aborted.
+  // Cancellation (the handler's cancellation slot): a request nothing was sent for yet
+  // (waiting, queued, waiting on the limiter, no attempt made) is removed by any type and
+  // completes with `cancelled` without reaching the provider; one that made calls (in a
+  // retry's back-off, or queued or at the limiter again for its retry) by partial or terminal;
+  // a call on the wire only by terminal: it completes with `cancelled` at once and the call
+  // is aborted.
   template <class CompletionToken>
   auto async_submit(Request request, SubmitOptions options, CompletionToken&& token) {
     return asio::async_initiate<CompletionToken, void(std::error_code, Response)>(
