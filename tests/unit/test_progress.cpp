@@ -39,6 +39,8 @@ TEST_CASE("the terminal bar shows done/total, lanes, rates against limits, 429s 
   auto almost = sample();
   almost.done = 299;  // 99.67 %: not 100 % while a line is left
   CHECK(laneq::cli::render_bar(almost, 200).find("299/300  99%") != std::string::npos);
+  almost.done = 87;  // 29 %, which floor(87.0 / 300 * 100) reads as 28
+  CHECK(laneq::cli::render_bar(almost, 200).find("87/300  29%") != std::string::npos);
   almost.done = 300;
   CHECK(laneq::cli::render_bar(almost, 200).find("300/300 100%") != std::string::npos);
 }

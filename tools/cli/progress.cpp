@@ -60,8 +60,10 @@ int run_exit_code(const ProgressState& s, bool interrupted) noexcept {
 
 std::string render_bar(const ProgressState& s, std::size_t width) {
   const double frac = s.total == 0 ? 1.0 : static_cast<double>(s.done) / static_cast<double>(s.total);
-  // Whole percents rounded down: 299/300 is 99 %, never 100 % before the last line is done.
-  std::string tail = fmt(" %zu/%zu %3.0f%%", s.done, s.total, std::floor(frac * 100.0));
+  // Whole percents rounded down, in integers (29/100 in doubles is 28.999...): 299/300 is
+  // 99 %, never 100 % before the last line is done.
+  const std::size_t percent = s.total == 0 ? 100 : std::min(s.done, s.total) * 100 / s.total;
+  std::string tail = fmt(" %zu/%zu %3zu%%", s.done, s.total, percent);
   if (s.failed > 0) tail += fmt(" (%zu failed)", s.failed);
   tail += " | " + lanes_text(s) + " | " + rates(s);
   if (s.rate_limited > 0) tail += fmt(" | 429s %llu", static_cast<unsigned long long>(s.rate_limited));
