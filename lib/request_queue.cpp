@@ -323,7 +323,9 @@ struct journal_link : std::enable_shared_from_this<journal_link> {
 // runs under the gate's lock, which closing waits for. An exception from it ends the attempt
 // (the provider aborts its stream) and is not retried, nor is a stream that delivered text.
 struct delta_gate {
-  std::mutex mu;
+  // Recursive: a callback that destroys the queue (from a handler of a one-thread loop, as
+  // allowed) closes this gate again from inside (abandon -> keep_for_worker) on this thread.
+  std::recursive_mutex mu;
   bool open = true;
   bool delivered = false;     // a retry would show the caller the text again
   bool threw = false;         // the callback threw: the attempt ends, not retried
@@ -734,7 +736,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     --journaling_;
     if (ec) {  // not acknowledged (duplicate_id, or the journal failed): nothing runs
       metrics_.finished(op->lane, op->client_ref, Metrics::Outcome::rejected,
-                        Metrics::From::waiting, {});
+                        Metrics::From::waiting, Metrics::no_call);
       op->complete(ec, Response{});
     } else {
       op->durable->row = row;
@@ -1033,6 +1035,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->worker_ref) return;
     op->worker_ref = true;
     op->add_ref();
+    // A call on the wire cut short was made all the same (Response::attempts, the journal's
+    // count). (The worker's end_attempt counts it again on the resolved request: unread.)
+    if (op->in_call) ++op->attempts;
   }
   // The worker's hold on its request: drops the reference keep_for_worker() took, if any. Only
   // while the request is alive: cleared before the worker resolves it itself.
@@ -1223,9 +1228,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
     resp.attempts = op->attempts;
-    if (!ec)
-      return finish(op, ec, Metrics::Outcome::succeeded, Metrics::From::in_flight, std::move(resp));
     bool streamed = false;  // text went to the caller: a retry would show it again
+    // (Before success too: a provider that caught the throw and went on to a success closed
+    // the gate all the same - later deltas were dropped, and the text is not what was shown.)
     if (auto* g = gate_of(op->request)) {
       std::string thrown;
       bool threw;
@@ -1238,6 +1243,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                       detail::delta_threw(std::move(resp), thrown));
       }
     }
+    if (!ec)
+      return finish(op, ec, Metrics::Outcome::succeeded, Metrics::From::in_flight, std::move(resp));
     if (!d.retry || streamed)
       return finish(op, ec, Metrics::Outcome::failed, Metrics::From::in_flight, std::move(resp));
     const auto now = steady::now();
@@ -1352,10 +1359,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       resp.attempts = op->attempts;
     }
     metrics_.finished(op->lane, op->client_ref, outcome, from, service, finished_at_);
-    if (from == Metrics::From::in_flight) {
+    // (A retry back in its lane that ends there has both: its call, and the time since.)
+    if (from == Metrics::From::in_flight || service != Metrics::no_call) {
+      const auto end = from == Metrics::From::in_flight ? finished_at_ : steady::now();
       // The rest of its time since submit: queued, at the limiter, earlier calls and back-offs.
       resp.service_time = service == Metrics::no_call ? std::chrono::nanoseconds{0} : service;
-      resp.queue_wait = finished_at_ - op->submitted_at - resp.service_time;
+      resp.queue_wait = end - op->submitted_at - resp.service_time;
     }
     if (op->durable && op->durable->row > 0) return settle_durable(op, ec, outcome, std::move(resp));
     op->complete(ec, std::move(resp));

@@ -200,10 +200,11 @@ class Metrics {
   void rate_limited(std::size_t lane, ClientRef c);  // rate_limited++ (provider said 429/503/529)
   // limiter_wait recorded: a started request's wait for the rate limiter before its call.
   void limiter_wait(std::size_t lane, ClientRef c, std::chrono::nanoseconds d);
-  // Outcome counter++, then by `from`: in_flight: in_flight--, service_time recorded (unless
-  // it is `no_call`: the request ended before a call, e.g. at the rate limiter), and a
-  // success or failure counted toward throughput at `at` (default: now); queued: depth--;
-  // waiting: waiting-- (service_time and `at` ignored unless in_flight).
+  // Outcome counter++, then by `from`: in_flight: in_flight--, and a success or failure
+  // counted toward throughput at `at` (default: now); queued: depth--; waiting: waiting--
+  // (`at` ignored unless in_flight). service_time (its last call's) recorded unless it is
+  // `no_call`: the request made no call (e.g. it ended at the rate limiter, or in the queue
+  // before its first attempt).
   static constexpr std::chrono::nanoseconds no_call = std::chrono::nanoseconds::min();
   void finished(std::size_t lane, ClientRef c, Outcome o, From from,
                 std::chrono::nanoseconds service_time,

@@ -39,7 +39,8 @@ struct Request {
                                         // (an object; no NaN or infinity: bad_request)
   // stream = true: called with each text delta as it arrives (on the transport's strand: keep
   // it short, never block). The Response still carries the whole text at the end. A server that
-  // ignored `stream` and sent one whole body: called once with its text, when the call ends.
+  // ignored `stream` and sent one whole body: called once with its text, when the call ends
+  // (on the call's executor: the queue's strand).
   // A stream that already gave text here is not retried (you would see it twice); an exception
   // from it ends the request with errc::internal ("Request::on_delta threw: ...").
   std::function<void(std::string_view)> on_delta{};

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,36 @@ TEST_CASE("an exhausted bucket whose reset is already past holds starts a moment
   const auto held = held_after_exhausted("0s", 100ms);
   CHECK(held >= 80ms);  // held (RateLimiter::past_reset_hold)...
   CHECK(held < 700ms);  // ...but capped at max_retry_after
+}
+
+TEST_CASE("a retry back in its lane that ends there (shutdown) reports its call's service time "
+          "and the rest as queue wait, and its call is counted in the service-time metrics",
+          "[queue][limits][retry][metrics]") {
+  asio::io_context io;
+  TimedProvider provider({.latency = 20ms});
+  provider.inner.script({.error = errc::rate_limited, .status = 429,
+                         .headers = retry_after_ms(2000)});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  std::optional<std::pair<std::error_code, laneq::Response>> a;
+  queue.async_submit(chat("A"), {.priority = Priority::low},
+                     [&](std::error_code ec, laneq::Response r) { a.emplace(ec, std::move(r)); });
+  laneq::test::run_until(io, [&] { return provider.starts().size() == 1; });
+  // C, critical, takes the worker after A's 429 (and waits at the paused limiter); A waits in
+  // its lane for its retry.
+  queue.async_submit(chat("C"), {.priority = Priority::critical},
+                     [](std::error_code, laneq::Response) {});
+  laneq::test::run_until(io, [&] { return queue.metrics().total.rate_limited == 1; });
+  const auto m = queue.metrics();
+  REQUIRE(m.lanes.at(3).stats.depth == 1);  // A, back in the low lane
+  queue.async_shutdown({.drain = false}, [](std::error_code) {});
+  io.run();
+  REQUIRE(a);
+  CHECK(a->first == errc::shutting_down);
+  CHECK(a->second.status == 429);
+  CHECK(a->second.service_time >= 15ms);  // its 20 ms call
+  CHECK(a->second.queue_wait > 0ns);      // before the call, and after it until the shutdown
+  CHECK(queue.metrics().total.service_time.count == 1);  // A's call; C made none
 }
 
 TEST_CASE("a retry-after longer than the limiter's longest pause (a day) keeps its request out "

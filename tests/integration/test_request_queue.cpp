@@ -2,11 +2,14 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <asio/bind_allocator.hpp>
@@ -929,8 +932,10 @@ namespace {
 // from on_delta aborts the stream, as the HTTP providers do.
 class StreamingProvider final : public laneq::Provider {
  public:
-  StreamingProvider(int ticks, std::chrono::milliseconds every, bool cut)
-      : ticks_(ticks), every_(every), cut_(cut) {}
+  // swallow: a throw from on_delta is caught and the stream goes on to its end (a custom
+  // provider's choice; laneq's own abort the stream).
+  StreamingProvider(int ticks, std::chrono::milliseconds every, bool cut, bool swallow = false)
+      : ticks_(ticks), every_(every), cut_(cut), swallow_(swallow) {}
   void async_call(const laneq::Request& r, const laneq::CallContext& ctx,
                   laneq::CallCompletion done) noexcept override {
     ++calls;
@@ -959,6 +964,7 @@ class StreamingProvider final : public laneq::Provider {
           c->on_delta("x");
           return tick(c);
         } catch (...) {
+          if (swallow_) return tick(c);
           ++finished;
           return c->done(errc::network, std::move(r));  // the stream aborted
         }
@@ -970,6 +976,7 @@ class StreamingProvider final : public laneq::Provider {
   int ticks_;
   std::chrono::milliseconds every_;
   bool cut_;
+  bool swallow_;
 };
 
 laneq::Request streaming(std::function<void(std::string_view)> on_delta) {
@@ -980,6 +987,37 @@ laneq::Request streaming(std::function<void(std::string_view)> on_delta) {
 }
 
 }  // namespace
+
+TEST_CASE("a streaming caller may destroy the queue from its on_delta (a handler of a one-thread "
+          "loop): the request completes with shutting_down, no delta follows, nothing hangs",
+          "[queue][stream][lifetime]") {
+  asio::io_context io;
+  StreamingProvider provider(20, 1ms, false);
+  std::optional<laneq::RequestQueue> queue;
+  queue.emplace(io.get_executor(), provider, laneq::QueueConfig{.workers = 1});
+  queue->start();
+  int deltas = 0;
+  std::optional<std::error_code> got;
+  queue->async_submit(streaming([&](std::string_view) {
+                        if (++deltas == 2) queue.reset();  // e.g. the user closed the session
+                      }),
+                      {}, [&](std::error_code ec, laneq::Response) { got = ec; });
+  // A hang would be inside a handler, where no deadline of io.run_for() reaches: a watchdog.
+  std::promise<void> ran;
+  std::thread watchdog([done = ran.get_future()]() mutable {
+    if (done.wait_for(60s) == std::future_status::timeout) {
+      std::fprintf(stderr, "hung: on_delta destroyed the queue and never returned\n");
+      std::_Exit(1);
+    }
+  });
+  io.run();
+  ran.set_value();
+  watchdog.join();
+  REQUIRE(got);
+  CHECK(*got == errc::shutting_down);
+  CHECK(deltas == 2);
+  CHECK(provider.finished == 1);  // the provider went on to its end, unheard
+}
 
 TEST_CASE("no delta reaches a streaming caller after its request was resolved without it "
           "(deadline), though the provider goes on",
@@ -993,6 +1031,7 @@ TEST_CASE("no delta reaches a streaming caller after its request was resolved wi
   int deltas = 0, after = 0;
   bool resumed = false;
   std::error_code got;
+  std::uint32_t attempts = 0;
   run(io, [&]() -> asio::awaitable<void> {
     auto [ec, r] = co_await queue.async_submit(streaming([&](std::string_view) {
                                                  ++deltas;
@@ -1001,12 +1040,37 @@ TEST_CASE("no delta reaches a streaming caller after its request was resolved wi
                                                {.timeout = 500ms}, tuple_awaitable);
     resumed = true;
     got = ec;
+    attempts = r.attempts;
     co_await queue.shutdown({.drain = true});  // waits for the call, all 20 ticks
   });
   CHECK(got == errc::timeout);
+  CHECK(attempts == 1);  // the call cut short was made
   CHECK(provider.finished == 1);
   CHECK(deltas > 0);
   CHECK(after == 0);
+}
+
+TEST_CASE("an on_delta that throws ends its request with internal also when the provider "
+          "catches the throw and goes on to a success",
+          "[queue][stream]") {
+  asio::io_context io;
+  StreamingProvider provider(5, 1ms, false, true);
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  int deltas = 0;
+  std::error_code got;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(streaming([&](std::string_view) {
+                                                 if (++deltas == 2)
+                                                   throw std::runtime_error("the view is gone");
+                                               }),
+                                               {}, tuple_awaitable);
+    got = ec;
+    co_await queue.shutdown();
+  });
+  CHECK(got == errc::internal);
+  CHECK(deltas == 2);  // the gate closed at the throw
+  CHECK(provider.finished == 1);
 }
 
 TEST_CASE("a streaming caller's on_delta that throws ends its request with internal, not retried",

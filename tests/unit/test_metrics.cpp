@@ -207,10 +207,10 @@ TEST_CASE("waiting, requeued and early finishes keep the gauges balanced", "[met
   // expires while waiting for room; is cancelled while queued; is rejected
   m.submitted(1, c);
   m.waiting(1, c);
-  m.finished(1, c, Outcome::expired, From::waiting, 0ns);
+  m.finished(1, c, Outcome::expired, From::waiting, Metrics::no_call);
   m.submitted(1, c);
   m.enqueued(1, c, false);
-  m.finished(1, c, Outcome::cancelled, From::queued, 0ns);
+  m.finished(1, c, Outcome::cancelled, From::queued, Metrics::no_call);
   m.submitted(1, c);
   m.rejected(1, c);
 
@@ -405,7 +405,7 @@ TEST_CASE("throughput counts the calls that ended per second over the last 60 wh
   call_ends(0, alice, 1.5, Outcome::cancelled);
   m.submitted(0, alice);
   m.enqueued(0, alice, false);
-  m.finished(0, alice, Outcome::expired, From::queued, 0ns, at(1.5));
+  m.finished(0, alice, Outcome::expired, From::queued, Metrics::no_call, at(1.5));
 
   SECTION("the current second is not in it yet") {
     const auto s = m.snapshot(at(1.5));  // one whole second so far: second 0
