@@ -227,6 +227,31 @@ TEST_CASE("an exhausted bucket whose reset is already past holds starts a moment
   CHECK(held < 700ms);  // ...but capped at max_retry_after
 }
 
+TEST_CASE("a 429's retry-after bounds the hold of the same answer's exhausted bucket: the server "
+          "said when to call again, the reset says when the bucket is full",
+          "[queue][limits][retry]") {
+  asio::io_context io;
+  TimedProvider provider({.latency = 5ms});
+  // Anthropic's shape: another client emptied the bucket; retry-after 300 ms, full in 20 s.
+  provider.inner.script({.error = errc::rate_limited, .status = 429,
+                         .headers = {{"retry-after-ms", "300"},
+                                     {"x-ratelimit-limit-requests", "50"},
+                                     {"x-ratelimit-remaining-requests", "0"},
+                                     {"x-ratelimit-reset-requests", "20s"}}});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [ec, r] = co_await queue.async_submit(chat("A"), {.timeout = 60s}, tuple_awaitable);
+    CHECK_FALSE(ec);
+    CHECK(r.attempts == 2);
+    co_await queue.shutdown();
+  });
+  const auto seen = provider.starts();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1].second - seen[0].second >= 250ms);  // the retry-after held...
+  CHECK(seen[1].second - seen[0].second < 10s);     // ...not the 20 s to a full bucket
+}
+
 TEST_CASE("a retry back in its lane that ends there (shutdown) reports its call's service time "
           "and the rest as queue wait, and its call is counted in the service-time metrics",
           "[queue][limits][retry][metrics]") {
