@@ -84,7 +84,7 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
         }
       }
     }
-    if (b.spec.smooth) ready = std::max(ready, b.next_smooth);
+    if (b.spec.smooth || now < b.paced_until) ready = std::max(ready, b.next_smooth);
   }
   if (ready > now) return {.granted = false, .ready_at = ready};
 
@@ -96,7 +96,7 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
     b.window.push_back({now, cost, ticket});
     b.spent += cost;
     b.last_grant_at = now;
-    if (b.spec.smooth) b.next_smooth = now + spacing(b, cost);
+    if (b.spec.smooth || now < b.paced_until) b.next_smooth = now + spacing(b, cost);
   }
   return {.granted = true, .ready_at = now, .ticket = ticket};
 }
@@ -126,6 +126,14 @@ void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t esti
 
 void RateBudgets::pause_until(TimePoint until) noexcept {
   paused_until_ = std::max(paused_until_, until);
+  if (until <= TimePoint{}) return;  // (no pause: a rebuild passing on none)
+  // For a period after it, each budget spaces its grants as smooth mode does: the waiters the
+  // pause held would all start at its end, into a server that enforces its minute in short
+  // slices - 429s again, each a retry spent.
+  for (auto& b : budgets_)
+    b.paced_until = std::max(b.paced_until, until < TimePoint::max() - b.spec.period
+                                                ? until + b.spec.period
+                                                : TimePoint::max());
 }
 
 void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration period) {
@@ -159,6 +167,7 @@ void RateBudgets::take_history(std::size_t budget, RateBudgets& from, std::size_
   b.window = std::move(old.window);
   b.spent = old.spent;
   b.last_grant_at = old.last_grant_at;
+  b.paced_until = std::max(b.paced_until, old.paced_until);
   old.spent = 0;
   if (b.spec.smooth && old.spec.smooth) {
     b.next_smooth = old.next_smooth;

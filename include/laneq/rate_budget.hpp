@@ -13,7 +13,8 @@
 // when it would (the earliest time every budget fits). Costs are estimates; reconcile()
 // refunds or charges the difference once the actual usage is known (a charge beyond the
 // limit is debt: later grants wait until it ages out). pause_until() holds every grant (the
-// provider's 429 / retry-after; with no budgets at all, only the pause applies); lower_remaining() adopts a lower remaining budget reported by
+// provider's 429 / retry-after; with no budgets at all, only the pause applies), then spaces
+// them as smooth mode does for a period; lower_remaining() adopts a lower remaining budget reported by
 // the provider. Memory: one entry per grant still inside its budget's window.
 #include <chrono>
 #include <cstdint>
@@ -65,6 +66,8 @@ class RateBudgets {
   void reconcile(Ticket ticket, std::size_t budget, std::int64_t estimate, std::int64_t actual,
                  TimePoint now);
 
+  // Holds every grant until `until`; then, for one period of each budget, its grants are
+  // spaced as in smooth mode (see pause_until in rate_budget.cpp).
   void pause_until(TimePoint until) noexcept;
   TimePoint paused_until() const noexcept { return paused_until_; }
 
@@ -92,7 +95,8 @@ class RateBudgets {
     BudgetSpec spec{};
     std::deque<Entry> window{};                   // grants not yet aged out, oldest first
     std::int64_t spent = 0;                       // sum of window costs
-    TimePoint next_smooth{};                      // smooth: earliest next grant
+    TimePoint next_smooth{};                      // smooth (or paced): earliest next grant
+    TimePoint paced_until{};                      // spaced as smooth until then (a pause's)
     TimePoint last_grant_at{};                    // respacing counts from it (not window.back())
   };
 

@@ -243,6 +243,26 @@ TEST_CASE("a pause holds every grant until it ends", "[rate_budget]") {
   CHECK(b.try_acquire(c({1}), t0 + 3s).granted);
 }
 
+TEST_CASE("after a pause, grants are spaced as in smooth mode for one period - the waiters it "
+          "held do not all start at its end - then burst again",
+          "[rate_budget]") {
+  RateBudgets b({{.name = "requests", .limit = 600, .period = 60s}});  // 10 per second
+  for (int i = 0; i < 5; ++i) REQUIRE(b.try_acquire(c({1}), t0).granted);  // a burst: not paced
+  b.pause_until(t0 + 1s);  // a 429
+  REQUIRE(b.try_acquire(c({1}), t0 + 1s).granted);  // the first at the pause's end
+  auto g = b.try_acquire(c({1}), t0 + 1s);           // the next 100 ms later, not at once
+  CHECK_FALSE(g.granted);
+  CHECK(g.ready_at == t0 + 1100ms);
+  REQUIRE(b.try_acquire(c({1}), t0 + 1100ms).granted);
+  CHECK_FALSE(b.try_acquire(c({1}), t0 + 1150ms).granted);
+  // A period after the pause's end: bursts again.
+  REQUIRE(b.try_acquire(c({1}), t0 + 61s).granted);
+  CHECK(b.try_acquire(c({1}), t0 + 61s).granted);
+  // A pause without end does not overflow the pacing's end.
+  b.pause_until(TimePoint::max());
+  CHECK_FALSE(b.try_acquire(c({1}), t0 + 62s).granted);
+}
+
 TEST_CASE("set_limit at runtime keeps what was spent", "[rate_budget]") {
   RateBudgets b({{.name = "requests", .limit = 50, .period = 5s}});
   for (int i = 0; i < 20; ++i) REQUIRE(b.try_acquire(c({1}), t0).granted);
