@@ -84,7 +84,10 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
         }
       }
     }
-    if (b.spec.smooth || now < b.paced_until) ready = std::max(ready, b.next_smooth);
+    if (b.spec.smooth)
+      ready = std::max(ready, b.next_smooth);
+    else if (now < b.paced_until)  // (pacing ends there: no later than that)
+      ready = std::max(ready, std::min(b.next_smooth, b.paced_until));
   }
   if (ready > now) return {.granted = false, .ready_at = ready};
 
@@ -96,7 +99,8 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
     b.window.push_back({now, cost, ticket});
     b.spent += cost;
     b.last_grant_at = now;
-    if (b.spec.smooth || now < b.paced_until) b.next_smooth = now + spacing(b, cost);
+    // (Kept in every mode: a pause's pacing starts from the real last grant.)
+    b.next_smooth = now + spacing(b, cost);
   }
   return {.granted = true, .ready_at = now, .ticket = ticket};
 }
@@ -117,8 +121,8 @@ void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t esti
     b.spent += diff;
     // Spaced by what it really cost, but never later than a period from now: the window has
     // freed any debt by then (a server's absurd usage must not stop the budget for years).
-    if (b.spec.smooth)
-      b.next_smooth = std::min(std::max(it->at, b.next_smooth + spacing(b, diff)), now + b.spec.period);
+    // (In every mode, as on a grant: read when smooth, or paced after a pause.)
+    b.next_smooth = std::min(std::max(it->at, b.next_smooth + spacing(b, diff)), now + b.spec.period);
     return;
   }
   if (const std::int64_t owed = actual - estimate; owed > 0) spend_now(b, owed, now);
@@ -127,13 +131,15 @@ void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t esti
 void RateBudgets::pause_until(TimePoint until) noexcept {
   paused_until_ = std::max(paused_until_, until);
   if (until <= TimePoint{}) return;  // (no pause: a rebuild passing on none)
-  // For a period after it, each budget spaces its grants as smooth mode does: the waiters the
-  // pause held would all start at its end, into a server that enforces its minute in short
-  // slices - 429s again, each a retry spent.
+  // For a period after it, each budget of a minute or less spaces its grants as smooth mode
+  // does: the waiters the pause held would all start at its end, into a server that enforces
+  // its minute in short slices - 429s again, each a retry spent. (Not a longer budget, a daily
+  // quota: its spacing would be minutes, for a day.)
   for (auto& b : budgets_)
-    b.paced_until = std::max(b.paced_until, until < TimePoint::max() - b.spec.period
-                                                ? until + b.spec.period
-                                                : TimePoint::max());
+    if (b.spec.period <= std::chrono::minutes(1))
+      b.paced_until = std::max(b.paced_until, until < TimePoint::max() - b.spec.period
+                                                  ? until + b.spec.period
+                                                  : TimePoint::max());
 }
 
 void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration period) {
@@ -142,11 +148,12 @@ void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration per
   s.limit = limit;
   s.period = period;
   check_spec(s, "RateBudgets::set_limit (" + s.name + ")");
-  if (b.spec.smooth) respace(b, b.spec, s);
+  respace(b, b.spec, s);
   b.spec = std::move(s);
 }
 
-// Smooth mode: the wait still ahead after the last grant was spaced at the old rate; at the new
+// The wait still ahead after the last grant (smooth mode's, or a pause's pacing) was spaced at
+// the old rate; at the new
 // one it is (old limit / old period) / (new limit / new period) as long. Counted from the grant,
 // not the window's last entry: debt or the server's view may have been spent after it.
 void RateBudgets::respace(Budget& b, const BudgetSpec& old, const BudgetSpec& now) {
@@ -169,18 +176,9 @@ void RateBudgets::take_history(std::size_t budget, RateBudgets& from, std::size_
   b.last_grant_at = old.last_grant_at;
   b.paced_until = std::max(b.paced_until, old.paced_until);
   old.spent = 0;
-  if (b.spec.smooth && old.spec.smooth) {
-    b.next_smooth = old.next_smooth;
-    respace(b, old.spec, b.spec);
-  } else if (b.spec.smooth) {
-    // Newly smooth: spaced from the last grant still in the window, by what it cost (debt and
-    // the server's view, ticket 0, may come after it and are no grant).
-    for (auto it = b.window.rbegin(); it != b.window.rend(); ++it)
-      if (it->ticket != 0) {
-        b.next_smooth = it->at + spacing(b, it->cost);
-        break;
-      }
-  }
+  // (next_smooth is kept in every mode: newly smooth, or paced, it goes on from the last grant)
+  b.next_smooth = old.next_smooth;
+  respace(b, old.spec, b.spec);
 }
 
 void RateBudgets::lower_remaining(std::size_t budget, std::int64_t remaining, TimePoint now) {

@@ -1036,7 +1036,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     op->worker_ref = true;
     op->add_ref();
     // A call on the wire cut short was made all the same (Response::attempts, the journal's
-    // count). (The worker's end_attempt counts it again on the resolved request: unread.)
+    // count; end_attempt counts only the calls of requests still in flight).
     if (op->in_call) ++op->attempts;
   }
   // The worker's hold on its request: drops the reference keep_for_worker() took, if any. Only
@@ -1194,7 +1194,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // for a retry.
   void end_attempt(op_ptr op, RateLimiter& lim, RateLimiter::Ticket ticket,
                    const RateCost& estimate, std::error_code ec, Response& resp) {
-    ++op->attempts;
+    // (A call cut short by cancel, deadline or shutdown was counted then: keep_for_worker.)
+    if (op->st == state::in_flight) ++op->attempts;
     // Parsed once: the limiter adopts the server's view, the retry policy reads retry-after.
     const auto info =
         resp.headers.empty()

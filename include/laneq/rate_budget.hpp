@@ -66,13 +66,13 @@ class RateBudgets {
   void reconcile(Ticket ticket, std::size_t budget, std::int64_t estimate, std::int64_t actual,
                  TimePoint now);
 
-  // Holds every grant until `until`; then, for one period of each budget, its grants are
-  // spaced as in smooth mode (see pause_until in rate_budget.cpp).
+  // Holds every grant until `until`; then, for one period of each budget of a minute or
+  // less, its grants are spaced as in smooth mode (see pause_until in rate_budget.cpp).
   void pause_until(TimePoint until) noexcept;
   TimePoint paused_until() const noexcept { return paused_until_; }
 
-  // Runtime change of a budget; units already spent stay spent. In smooth mode the wait still
-  // ahead after the last grant is respaced at the new rate.
+  // Runtime change of a budget; units already spent stay spent. The wait still ahead after
+  // the last grant (smooth mode's, or a pause's pacing) is respaced at the new rate.
   void set_limit(std::size_t budget, std::int64_t limit, Duration period);
   // Budget `budget` takes over what `from`'s `from_budget` spent (its grants still in the
   // window, their tickets, its smooth spacing at this budget's rate): for a rebuilt set of
@@ -95,7 +95,8 @@ class RateBudgets {
     BudgetSpec spec{};
     std::deque<Entry> window{};                   // grants not yet aged out, oldest first
     std::int64_t spent = 0;                       // sum of window costs
-    TimePoint next_smooth{};                      // smooth (or paced): earliest next grant
+    TimePoint next_smooth{};                      // earliest next grant, read when smooth
+                                                  // or paced (kept in every mode)
     TimePoint paced_until{};                      // spaced as smooth until then (a pause's)
     TimePoint last_grant_at{};                    // respacing counts from it (not window.back())
   };

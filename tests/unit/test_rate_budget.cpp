@@ -263,6 +263,33 @@ TEST_CASE("after a pause, grants are spaced as in smooth mode for one period - t
   CHECK_FALSE(b.try_acquire(c({1}), t0 + 62s).granted);
 }
 
+TEST_CASE("pacing after a pause is smooth mode's: a refund shortens the spacing, the wait ends "
+          "with the paced window, and budgets longer than a minute are not paced",
+          "[rate_budget]") {
+  // An output budget; the estimate is max_tokens (4,096), the call used 300.
+  RateBudgets out({{.name = "output_tokens", .limit = 8000, .period = 60s}});
+  out.pause_until(t0);
+  const auto g = out.try_acquire(c({4096}), t0);
+  REQUIRE(g.granted);
+  out.reconcile(g.ticket, 0, 4096, 300, t0 + 5s);
+  // 300 tokens' spacing (2.25 s) from the grant, not 4,096's (30.7 s)
+  CHECK(out.try_acquire(c({4096}), t0 + 5s).granted);
+
+  RateBudgets two({{.name = "requests", .limit = 2, .period = 60s}});  // 30 s apart when paced
+  two.pause_until(t0);
+  REQUIRE(two.try_acquire(c({1}), t0).granted);
+  REQUIRE(two.try_acquire(c({1}), t0 + 50s).granted);  // its spacing runs to t0 + 80 s
+  const auto wait = two.try_acquire(c({1}), t0 + 55s);
+  CHECK_FALSE(wait.granted);
+  CHECK(wait.ready_at == t0 + 60s);  // the paced window's end (and the first grant's expiry)
+  CHECK(two.try_acquire(c({1}), t0 + 60s).granted);
+
+  RateBudgets daily({{.name = "requests", .limit = 200, .period = 24h}});
+  daily.pause_until(t0 + 1s);
+  REQUIRE(daily.try_acquire(c({1}), t0 + 1s).granted);
+  CHECK(daily.try_acquire(c({1}), t0 + 1s).granted);  // not 7.2 min apart for a day
+}
+
 TEST_CASE("set_limit at runtime keeps what was spent", "[rate_budget]") {
   RateBudgets b({{.name = "requests", .limit = 50, .period = 5s}});
   for (int i = 0; i < 20; ++i) REQUIRE(b.try_acquire(c({1}), t0).granted);
