@@ -99,6 +99,7 @@ RateBudgets::Grant RateBudgets::try_acquire(std::span<const std::int64_t> costs,
     b.window.push_back({now, cost, ticket});
     b.spent += cost;
     b.last_grant_at = now;
+    b.last_ticket = ticket;
     // (Kept in every mode: a pause's pacing starts from the real last grant.)
     b.next_smooth = now + spacing(b, cost);
   }
@@ -121,8 +122,13 @@ void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t esti
     b.spent += diff;
     // Spaced by what it really cost, but never later than a period from now: the window has
     // freed any debt by then (a server's absurd usage must not stop the budget for years).
-    // (In every mode, as on a grant: read when smooth, or paced after a pause.)
-    b.next_smooth = std::min(std::max(it->at, b.next_smooth + spacing(b, diff)), now + b.spec.period);
+    // Only grants whose spacing next_smooth holds: every grant when smooth, paced ones, and the
+    // last grant (a burst's earlier grants were never spaced: their refunds must not cut a
+    // later pacing short).
+    if (b.spec.smooth || it->ticket == b.last_ticket ||
+        (it->at >= b.paced_from && it->at < b.paced_until))
+      b.next_smooth =
+          std::min(std::max(it->at, b.next_smooth + spacing(b, diff)), now + b.spec.period);
     return;
   }
   if (const std::int64_t owed = actual - estimate; owed > 0) spend_now(b, owed, now);
@@ -135,11 +141,13 @@ void RateBudgets::pause_until(TimePoint until) noexcept {
   // does: the waiters the pause held would all start at its end, into a server that enforces
   // its minute in short slices - 429s again, each a retry spent. (Not a longer budget, a daily
   // quota: its spacing would be minutes, for a day.)
-  for (auto& b : budgets_)
-    if (b.spec.period <= std::chrono::minutes(1))
-      b.paced_until = std::max(b.paced_until, until < TimePoint::max() - b.spec.period
-                                                  ? until + b.spec.period
-                                                  : TimePoint::max());
+  for (auto& b : budgets_) {
+    if (b.spec.period > std::chrono::minutes(1)) continue;
+    if (b.paced_until < until) b.paced_from = until;  // a new paced window (not an extension)
+    b.paced_until = std::max(b.paced_until, until < TimePoint::max() - b.spec.period
+                                                ? until + b.spec.period
+                                                : TimePoint::max());
+  }
 }
 
 void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration period) {
@@ -149,6 +157,7 @@ void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration per
   s.period = period;
   check_spec(s, "RateBudgets::set_limit (" + s.name + ")");
   respace(b, b.spec, s);
+  if (s.period > std::chrono::minutes(1)) b.paced_until = {};  // paced: a minute or less
   b.spec = std::move(s);
 }
 
@@ -174,7 +183,11 @@ void RateBudgets::take_history(std::size_t budget, RateBudgets& from, std::size_
   b.window = std::move(old.window);
   b.spent = old.spent;
   b.last_grant_at = old.last_grant_at;
-  b.paced_until = std::max(b.paced_until, old.paced_until);
+  if (old.paced_until > b.paced_until) {
+    b.paced_from = old.paced_from;
+    b.paced_until = old.paced_until;
+  }
+  b.last_ticket = old.last_ticket;
   old.spent = 0;
   // (next_smooth is kept in every mode: newly smooth, or paced, it goes on from the last grant)
   b.next_smooth = old.next_smooth;

@@ -765,7 +765,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     op->durable->result = std::move(resp);
     const Response& r = op->durable->result;
     std::string message = !ec ? "" : r.error_message.empty() ? ec.message() : r.error_message;
-    // A call cancelled or timed out mid-flight is not in op->attempts, but it was started.
+    // (Both count a call cut short mid-flight; the journal's count is the one from earlier
+    // runs when this run's calls were fewer.)
     const auto attempts = std::max(op->durable->started_attempts,
                                    op->durable->earlier_attempts + op->attempts);
     journal_->finish(row, journal_state(outcome), attempts, ec,

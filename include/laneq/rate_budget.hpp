@@ -14,7 +14,8 @@
 // refunds or charges the difference once the actual usage is known (a charge beyond the
 // limit is debt: later grants wait until it ages out). pause_until() holds every grant (the
 // provider's 429 / retry-after; with no budgets at all, only the pause applies), then spaces
-// them as smooth mode does for a period; lower_remaining() adopts a lower remaining budget reported by
+// them as smooth mode does for a period in budgets of a minute or less; lower_remaining()
+// adopts a lower remaining budget reported by
 // the provider. Memory: one entry per grant still inside its budget's window.
 #include <chrono>
 #include <cstdint>
@@ -97,7 +98,8 @@ class RateBudgets {
     std::int64_t spent = 0;                       // sum of window costs
     TimePoint next_smooth{};                      // earliest next grant, read when smooth
                                                   // or paced (kept in every mode)
-    TimePoint paced_until{};                      // spaced as smooth until then (a pause's)
+    TimePoint paced_from{}, paced_until{};        // spaced as smooth then (after a pause)
+    Ticket last_ticket = 0;                       // the grant next_smooth was set by
     TimePoint last_grant_at{};                    // respacing counts from it (not window.back())
   };
 

@@ -46,7 +46,8 @@ struct RateLimits {
   std::int64_t output_tokens = 0;  // Anthropic's separate output-tokens budget (OTPM)
   std::chrono::nanoseconds period = std::chrono::minutes(1);
   bool smooth = false;             // space starts cost x period / limit apart (no bursts);
-                                   // off, starts are spaced so only for a period after a pause
+                                   // off, starts are spaced so only for a period after a
+                                   // pause (periods of a minute or less)
   // Adopt the limits the server reports (x-ratelimit-limit-*, anthropic-ratelimit-*-limit, per
   // minute, scaled to `period`), up or down; a kind left at 0 here gets a budget of the
   // server's. Off: the configured limits stand; the server can only lower what remains.

@@ -290,6 +290,34 @@ TEST_CASE("pacing after a pause is smooth mode's: a refund shortens the spacing,
   CHECK(daily.try_acquire(c({1}), t0 + 1s).granted);  // not 7.2 min apart for a day
 }
 
+TEST_CASE("refunds of a burst's grants made before a pause do not cut its pacing short, and a "
+          "budget switched to smooth is spaced from its last grant's actual cost",
+          "[rate_budget]") {
+  RateBudgets b({{.name = "tokens", .limit = 8000, .period = 60s}});
+  const auto g1 = b.try_acquire(c({4096}), t0);  // a burst, not paced
+  REQUIRE(g1.granted);
+  REQUIRE(b.try_acquire(c({100}), t0).granted);
+  b.pause_until(t0 + 1s);
+  REQUIRE(b.try_acquire(c({100}), t0 + 1s).granted);  // paced from here: next at t0 + 1.75 s
+  CHECK_FALSE(b.try_acquire(c({100}), t0 + 1100ms).granted);
+  b.reconcile(g1.ticket, 0, 4096, 300, t0 + 1100ms);  // the burst's big one used 300
+  CHECK_FALSE(b.try_acquire(c({100}), t0 + 1100ms).granted);  // still paced
+  CHECK(b.try_acquire(c({100}), t0 + 1750ms).granted);
+
+  // Not smooth, then smooth (a rebuilt set of budgets): from the last grant, by what it cost.
+  RateBudgets before({{.name = "tokens", .limit = 100, .period = 10s}});
+  const auto a = before.try_acquire(c({60}), t0);
+  REQUIRE(a.granted);
+  const auto f = before.try_acquire(c({30}), t0 + 1s);  // the last grant: 3 s of spacing
+  REQUIRE(f.granted);
+  before.reconcile(a.ticket, 0, 60, 0, t0 + 1s);  // an older grant's refund: not the spacing
+  RateBudgets after({{.name = "tokens", .limit = 100, .period = 10s, .smooth = true}});
+  after.take_history(0, before, 0);
+  const auto next = after.try_acquire(c({1}), t0 + 1s);
+  CHECK_FALSE(next.granted);
+  CHECK(next.ready_at == t0 + 4s);
+}
+
 TEST_CASE("set_limit at runtime keeps what was spent", "[rate_budget]") {
   RateBudgets b({{.name = "requests", .limit = 50, .period = 5s}});
   for (int i = 0; i < 20; ++i) REQUIRE(b.try_acquire(c({1}), t0).granted);
