@@ -634,12 +634,12 @@ TEST_CASE("service time is the last call's: a request that ends at the rate limi
   CHECK(a.status == 502);
   CHECK(a.service_time < 500ms);  // its 1 ms call, not the second of back-off after it
   CHECK(a.service_time > 0ns);
-  CHECK(a.queue_wait >= 900ms);
+  CHECK(a.queue_wait >= 500ms);  // (its whole second less its call: room for a slow start)
   CHECK_FALSE(got["ok"].first);
   const auto m = queue.metrics().total;
   CHECK(m.service_time.count == 2);  // A's call and B's; none for C
   CHECK(m.service_time.max_ms < 500);
-  CHECK(m.limiter_wait.max_ms >= 900);  // C's wait is where it belongs
+  CHECK(m.limiter_wait.max_ms >= 500);  // C's wait is where it belongs (from a free worker)
 }
 
 TEST_CASE("a draining shutdown that waits only for a retry's back-off finishes when that "

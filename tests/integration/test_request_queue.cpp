@@ -1010,9 +1010,18 @@ TEST_CASE("a streaming caller may destroy the queue from its on_delta (a handler
       std::_Exit(1);
     }
   });
-  io.run();
-  ran.set_value();
-  watchdog.join();
+  struct stop_watchdog {  // also if run() throws: a joinable thread's destructor terminates
+    std::promise<void>& ran;
+    std::thread& watchdog;
+    ~stop_watchdog() {
+      ran.set_value();
+      watchdog.join();
+    }
+  };
+  {
+    stop_watchdog stop{ran, watchdog};
+    io.run();
+  }
   REQUIRE(got);
   CHECK(*got == errc::shutting_down);
   CHECK(deltas == 2);
