@@ -466,6 +466,10 @@ namespace detail {
 void limiter_state::take_server_view(const RateLimitInfo& info, std::chrono::nanoseconds max_hold,
                                      ready_list& ready) {
   const auto now = steady::now();
+  // The same answer's retry-after bounds an exhausted bucket's hold: the server's word on when
+  // to call again wins over a reset that says when the bucket is full (Anthropic sends both).
+  if (info.retry_after && info.retry_after->count() > 0)
+    max_hold = std::min(max_hold, *info.retry_after);
   const std::array<const RateLimitInfo::Bucket*, k_count> buckets = {
       &info.requests, &info.tokens, &info.input_tokens, &info.output_tokens};
   const bool per_minute = limits.period == std::chrono::minutes(1);

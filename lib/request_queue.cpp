@@ -1221,12 +1221,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // The refund and the server's view in one step: a refund alone could grant a waiter that
     // the same answer's exhausted bucket holds. An exhausted bucket holds every start no longer
     // than a request would wait for its own retry (the next start asks the server again), nor
-    // than the same answer's retry-after: the server's word on when to call again wins over a
-    // reset that says when the bucket is full again (Anthropic sends both on a 429).
-    auto max_hold = std::chrono::nanoseconds(cfg_.retry.retry_after_limit());
-    if (info.retry_after && info.retry_after->count() > 0)
-      max_hold = std::min(max_hold, *info.retry_after);
-    lim.settle(ticket, estimate, actual_cost(ec, resp, estimate), info, max_hold);
+    // than the same answer's retry-after (the limiter's rule).
+    lim.settle(ticket, estimate, actual_cost(ec, resp, estimate), info,
+               cfg_.retry.retry_after_limit());
     // (Counted also for a request resolved meanwhile: the provider's answer was still a 429.)
     if (resp.status == 429 || ec == errc::rate_limited || resp.status == 529 ||
         ec == errc::overloaded)

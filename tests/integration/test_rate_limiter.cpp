@@ -663,6 +663,24 @@ TEST_CASE("an exhausted bucket in the server's headers pauses grants until its r
   CHECK(ms(at - t0) < 300 + 1000);
 }
 
+TEST_CASE("the same answer's retry-after bounds an exhausted bucket's hold: when to call again, "
+          "not when the bucket is full (observe, as a standalone user calls it)",
+          "[limiter][headers]") {
+  asio::io_context io;
+  RateLimiter lim(io.get_executor(), {});
+  lim.observe({{"retry-after", "1"},
+               {"x-ratelimit-limit-requests", "50"},
+               {"x-ratelimit-remaining-requests", "0"},
+               {"x-ratelimit-reset-requests", "20s"}});
+  CHECK(lim.snapshot().paused_for_s > 0);
+  CHECK(lim.snapshot().paused_for_s <= 1.0);  // not 20
+  RateLimiter none(io.get_executor(), {});
+  none.observe({{"retry-after", "0"},  // no advice: the reset stands
+                {"x-ratelimit-remaining-requests", "0"},
+                {"x-ratelimit-reset-requests", "20s"}});
+  CHECK(none.snapshot().paused_for_s > 19.0);
+}
+
 TEST_CASE("an exhausted bucket whose reset is due or past by our clock still holds grants a "
           "moment",
           "[limiter][headers]") {
