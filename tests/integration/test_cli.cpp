@@ -333,6 +333,8 @@ TEST_CASE("laneq run says clearly what is missing - exit code 2", "[cli]") {
   refused({"--out", dir.file("o"), "--mock-latency-ms", "5"}, "--mock-latency-ms needs --mock");
   refused({"--out", dir.file("o"), "--mock-rpm-slice-ms", "5"},
           "--mock-rpm-slice-ms needs --mock");
+  refused({"--out", dir.file("o"), "--mock", "--mock-rpm-slice-ms", "1000"},
+          "--mock-rpm-slice-ms needs --rpm");  // (it would slice nothing, without a word)
   refused({"--out", dir.file("o"), "--base-url", "127.0.0.1:9"}, "must start with http://");
   // empty reads as "not given": no journal, or the default (paid) endpoint
   refused({"--out", dir.file("o"), "--mock", "--journal", ""},

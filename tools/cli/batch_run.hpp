@@ -34,7 +34,7 @@ struct RunOptions {
 };
 
 // Exit codes (README): 0 every line succeeded (this run or an earlier one); 1 some line failed
-// or was malformed; 2 bad usage or set-up (flags, files, API key, journal); 130 interrupted by
+// or was malformed, or with --mock the mock answered a 429; 2 bad usage or set-up (flags, files, API key, journal); 130 interrupted by
 // SIGINT/SIGTERM before every line ran (run again with the same --journal to resume).
 int run_batch(const RunOptions& options);
 

@@ -106,7 +106,8 @@ std::string run_usage() {
              "usage: laneq run REQUESTS.jsonl --out RESULTS.jsonl [flags]\n"
              "Input lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" or\n"
              "\"/v1/messages\", \"body\": {...}, \"priority\": lane name or number, \"client\": tenant}.\n"
-             "Exit code: 0 every line succeeded, 1 some failed, 2 bad usage or set-up, 130 interrupted.\n\n") +
+             "Exit code: 0 every line succeeded, 1 some failed (or, with --mock, the mock answered a 429),\n"
+             "2 bad usage or set-up, 130 interrupted.\n\n") +
          laneq::flags::usage(run_flags());
 }
 
@@ -138,6 +139,8 @@ int run_command(int argc, char** argv) {
     conflict = "--mock-latency-ms needs --mock";
   else if (o.mock_rpm_slice_given && !o.mock)
     conflict = "--mock-rpm-slice-ms needs --mock";
+  else if (o.mock_rpm_slice.count() > 0 && o.rpm == 0)
+    conflict = "--mock-rpm-slice-ms needs --rpm (the limit it slices)";
   if (conflict) {
     std::fprintf(stderr, "laneq run: %s (see laneq run --help)\n", conflict);
     return 2;
