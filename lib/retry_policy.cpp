@@ -93,7 +93,10 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
   // retry-after: 0 is no advice (an immediate retry would meet the same limit): like the
   // official SDKs, which take it only when 0 < retry-after, back off instead.
   nanoseconds own{0};  // this request's wait for a bucket it does not fit (not everyone's)
-  if (info.retry_after && info.retry_after->count() > 0) {
+  // (A 2xx's retry-after, as its x-should-retry, spoke of the stream's start, not of an error
+  // that came later in it: a proxy may add one to every answer.)
+  const bool ok_status = status >= 200 && status < 300;
+  if (info.retry_after && info.retry_after->count() > 0 && !ok_status) {
     d.delay = *info.retry_after;
     d.from_server = true;
   } else if (rate_limited) {

@@ -145,6 +145,13 @@ TEST_CASE("x-should-retry overrides the status rule both ways", "[retry]") {
     CHECK(is_retryable(err(errc::overloaded), 200, false));
     CHECK(decide_retry(policy, 1, err(errc::overloaded), 200, with_should_retry(false), 0.5).retry);
     CHECK_FALSE(is_retryable(err(errc::bad_request), 200, true));
+    // Nor its retry-after (a proxy's, on every answer): a back-off, not 120 s that would fail
+    // the request for exceeding max_retry_after
+    const RetryDecision d =
+        decide_retry(policy, 1, err(errc::overloaded), 200, with_retry_after(120s), 0.5);
+    CHECK(d.retry);
+    CHECK_FALSE(d.from_server);
+    CHECK(d.delay < 1s);
   }
   SECTION("a 429 the server says not to retry still tells everyone to hold off") {
     auto info = from_headers({{"x-should-retry", "false"}, {"retry-after", "2"}});
