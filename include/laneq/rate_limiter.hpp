@@ -138,8 +138,10 @@ class RateLimiter {
   // The server's view from a response's rate-limit headers: lowers what remains (a bucket at 0
   // pauses until its reset, or past_reset_hold when that reset is due or past by our clock),
   // and with adopt_server_limits takes over its limits. An exhausted bucket holds grants at
-  // most `max_hold` (a reset hours ahead from a skewed clock must not stop everything); with
-  // max_hold <= 0 it neither holds nor spends the budget.
+  // most `max_hold` (a reset hours ahead from a skewed clock must not stop everything), and no
+  // longer than the same answer's retry-after when it is above 0 (when to call again, where
+  // the reset says when the bucket is full); with max_hold <= 0 it neither holds nor spends
+  // the budget.
   static constexpr std::chrono::seconds past_reset_hold{1};
   void observe(const Headers& headers);
   void observe(const RateLimitInfo& info,  // the same, already parsed

@@ -1239,6 +1239,9 @@ TEST_CASE("laneq-mock-api rejects bad flags with a message and exit code 2") {
   std::tie(code, err) = run({"--rpm", "lots"});
   CHECK(code == 2);
   CHECK(err.find("--rpm") != std::string::npos);
+  std::tie(code, err) = run({"--rpm-slice-ms", "1000"});  // it would slice nothing
+  CHECK(code == 2);
+  CHECK(err.find("needs rpm") != std::string::npos);
   std::tie(code, err) = run({"--error-rate-500", "1.5"});
   CHECK(code == 2);
   std::tie(code, err) = run({"--port"});

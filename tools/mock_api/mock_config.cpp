@@ -26,6 +26,7 @@ void validate(const MockConfig& c) {
   require(c.rpm >= 0, "rpm", "must be >= 0 (0 = no limit)");
   require(c.rpm_slice.count() >= 0 && c.rpm_slice <= std::chrono::minutes(1), "rpm_slice",
           "must be in [0, 60000] ms (0 = the whole minute)");
+  require(c.rpm_slice.count() == 0 || c.rpm > 0, "rpm_slice", "needs rpm (the limit it slices)");
   require(c.tpm >= 0, "tpm", "must be >= 0 (0 = no limit)");
   require(c.input_tpm >= 0, "input_tpm", "must be >= 0 (0 = no limit)");
   require(c.output_tpm >= 0, "output_tpm", "must be >= 0 (0 = no limit)");
