@@ -39,6 +39,12 @@ Duration RateBudgets::spacing(const Budget& b, std::int64_t cost) const {
   return Duration(static_cast<Duration::rep>(ns));
 }
 
+// Which budgets a pause paces: a minute's or shorter (a daily quota's spacing would be minutes,
+// for a day).
+static bool paced_after_pause(const BudgetSpec& s) noexcept {
+  return s.period <= std::chrono::minutes(1);
+}
+
 void RateBudgets::spend_now(Budget& b, std::int64_t units, TimePoint now) {
   // Debt beyond 2^62 (limits are at most 2^50) holds nothing more: the sum must not overflow
   // when a caller reports absurd usage over and over.
@@ -139,10 +145,9 @@ void RateBudgets::pause_until(TimePoint until) noexcept {
   if (until <= TimePoint{}) return;  // (no pause: a rebuild passing on none)
   // For a period after it, each budget of a minute or less spaces its grants as smooth mode
   // does: the waiters the pause held would all start at its end, into a server that enforces
-  // its minute in short slices - 429s again, each a retry spent. (Not a longer budget, a daily
-  // quota: its spacing would be minutes, for a day.)
+  // its minute in short slices - 429s again, each a retry spent.
   for (auto& b : budgets_) {
-    if (b.spec.period > std::chrono::minutes(1)) continue;
+    if (!paced_after_pause(b.spec)) continue;
     if (b.paced_until < until) b.paced_from = until;  // a new paced window (not an extension)
     b.paced_until = std::max(b.paced_until, until < TimePoint::max() - b.spec.period
                                                 ? until + b.spec.period
@@ -157,7 +162,7 @@ void RateBudgets::set_limit(std::size_t budget, std::int64_t limit, Duration per
   s.period = period;
   check_spec(s, "RateBudgets::set_limit (" + s.name + ")");
   respace(b, b.spec, s);
-  if (s.period > std::chrono::minutes(1)) b.paced_until = {};  // paced: a minute or less
+  if (!paced_after_pause(s)) b.paced_until = {};
   b.spec = std::move(s);
 }
 

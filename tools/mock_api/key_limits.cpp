@@ -61,12 +61,14 @@ void TokenBucket::give(double amount, SteadyTime now) noexcept {
 }
 
 namespace {
-// rpm x slice / 1 min, at least 1; 0 (a whole minute) when no slice is set.
-std::int64_t slice_of(std::int64_t per_minute, std::chrono::milliseconds slice) {
-  if (slice.count() <= 0 || per_minute <= 0) return 0;
-  const auto units = static_cast<std::int64_t>(static_cast<long double>(per_minute) *
-                                               static_cast<long double>(slice.count()) / 60'000);
-  return std::max<std::int64_t>(units, 1);
+// MockConfig::rpm_slice's bucket: rpm x slice / 1 min (at least 1), refilled at rpm; unlimited
+// when no slice is set.
+TokenBucket slice_bucket(const MockConfig& c, SteadyTime now) {
+  if (c.rpm_slice.count() <= 0 || c.rpm <= 0) return {};
+  const auto units = static_cast<std::int64_t>(static_cast<long double>(c.rpm) *
+                                               static_cast<long double>(c.rpm_slice.count()) /
+                                               60'000);
+  return TokenBucket(c.rpm, now, std::max<std::int64_t>(units, 1));
 }
 }  // namespace
 
@@ -75,9 +77,7 @@ KeyLimits::KeyLimits(const MockConfig& config, SteadyTime now)
       tokens_(config.tpm, now),
       input_(config.input_tpm, now),
       output_(config.output_tpm, now),
-      // (unlimited unless a slice is set: then it holds the slice's share, refilled at rpm)
-      requests_slice_(slice_of(config.rpm, config.rpm_slice) > 0 ? config.rpm : 0, now,
-                      slice_of(config.rpm, config.rpm_slice)) {}
+      requests_slice_(slice_bucket(config, now)) {}
 
 std::optional<Rejection> KeyLimits::take(const Charge& charge, SteadyTime now) {
   const struct {
