@@ -34,6 +34,7 @@
 #include "support/raw_sql.hpp"
 #include "support/recording_provider.hpp"
 #include "support/run.hpp"
+#include "support/submit_with.hpp"
 #include "support/temp_dir.hpp"
 #ifdef LANEQ_TEST_MOCK_API
 #include "mock_api/mock_server_thread.hpp"
@@ -51,6 +52,7 @@ using laneq::test::list_wait;
 using laneq::test::lookup_wait;
 using laneq::test::RecordingProvider;
 using laneq::test::run;
+using laneq::test::submit_with;
 using laneq::test::run_until;
 using laneq::test::TempDir;
 using steady = std::chrono::steady_clock;
@@ -292,7 +294,7 @@ TEST_CASE("the books balance while durable requests wait for their rows - they c
   int done = 0, looks = 0, unbalanced = 0, saw_waiting = 0;
   run(io, [&]() -> asio::awaitable<void> {
     for (int i = 0; i < n; ++i)
-      queue.async_submit(request("r" + std::to_string(i)), {.durable = true},
+      submit_with(queue, request("r" + std::to_string(i)), {.durable = true},
                          [&](std::error_code ec, laneq::Response) {
                            CHECK_FALSE(ec);
                            ++done;
@@ -867,7 +869,7 @@ TEST_CASE("shutdown without drain leaves queued durable requests pending - their
     };
     run(io, [&]() -> asio::awaitable<void> {
       for (const std::string id : {"s1", "s2", "s3"})
-        queue.async_submit(request(id), {.durable = true},
+        submit_with(queue, request(id), {.durable = true},
                            [&, id](std::error_code ec, laneq::Response) {
                              CHECK(callers.count(id) == 0);
                              callers[id] = ec;
@@ -951,7 +953,7 @@ TEST_CASE("a queue destroyed with durable requests - in flight, queued, acknowle
                                  .on_durable_result = reports.callback()});
       queue.start();
       for (const std::string id : {"d1", "d2", "d3"})
-        queue.async_submit(request(id), {.durable = true},
+        submit_with(queue, request(id), {.durable = true},
                            [&, id](std::error_code ec, laneq::Response) { callers[id].push_back(ec); });
       bool acked = false;
       queue.async_enqueue(request("e1"), {}, [&](std::error_code ec, std::string) {
@@ -1084,7 +1086,7 @@ TEST_CASE("shutdown with drain completes only after every durable outcome is com
   for (std::size_t i = 0; i < n; ++i) {
     queue.async_enqueue(request("e" + std::to_string(i)), {},
                         [](std::error_code ec, std::string) { CHECK_FALSE(ec); });
-    queue.async_submit(request("s" + std::to_string(i)), {.durable = true},
+    submit_with(queue, request("s" + std::to_string(i)), {.durable = true},
                        [&](std::error_code ec, laneq::Response) {
                          CHECK_FALSE(ec);
                          ++callers_done;
@@ -1140,7 +1142,7 @@ TEST_CASE("a queued durable request that is cancelled or whose deadline passes i
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
     // Holds the only worker until answered.
-    queue.async_submit(request("blocker"), {}, [](std::error_code ec, laneq::Response) {
+    submit_with(queue, request("blocker"), {}, [](std::error_code ec, laneq::Response) {
       CHECK_FALSE(ec);
     });
     asio::cancellation_signal signal;
@@ -1235,7 +1237,7 @@ TEST_CASE("4000 durable submits from 4 threads on a 4-thread io_context each com
   for (int t = 0; t < threads; ++t)
     submitters.emplace_back([&, t] {
       for (int i = t * per_thread; i < (t + 1) * per_thread; ++i)
-        queue.async_submit(request("r" + std::to_string(i)), {.durable = true},
+        submit_with(queue, request("r" + std::to_string(i)), {.durable = true},
                            [&, i](std::error_code ec, laneq::Response) {
                              completions[i].fetch_add(1);
                              if (ec) failures.fetch_add(1);

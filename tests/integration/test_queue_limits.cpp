@@ -21,6 +21,7 @@
 #include "laneq/laneq.hpp"
 #include "support/recording_provider.hpp"
 #include "support/run.hpp"
+#include "support/submit_with.hpp"
 
 using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
@@ -29,6 +30,7 @@ using laneq::Priority;
 using laneq::test::chat;
 using TimedProvider = laneq::test::RecordingProvider;
 using laneq::test::run;
+using laneq::test::submit_with;
 using steady = std::chrono::steady_clock;
 
 namespace {
@@ -39,7 +41,7 @@ asio::awaitable<std::vector<std::pair<std::string, laneq::Response>>> submit_all
     laneq::RequestQueue& queue, std::vector<std::string> texts) {
   std::vector<std::pair<std::string, laneq::Response>> done;
   for (const auto& text : texts)
-    queue.async_submit(chat(text), {}, [&done, text](std::error_code ec, laneq::Response r) {
+    submit_with(queue, chat(text), {}, [&done, text](std::error_code ec, laneq::Response r) {
       CHECK_FALSE(ec);
       done.emplace_back(text, std::move(r));
     });
@@ -262,12 +264,12 @@ TEST_CASE("a retry back in its lane that ends there (shutdown) reports its call'
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
   queue.start();
   std::optional<std::pair<std::error_code, laneq::Response>> a;
-  queue.async_submit(chat("A"), {.priority = Priority::low},
+  submit_with(queue, chat("A"), {.priority = Priority::low},
                      [&](std::error_code ec, laneq::Response r) { a.emplace(ec, std::move(r)); });
   laneq::test::run_until(io, [&] { return provider.starts().size() == 1; });
   // C, critical, takes the worker after A's 429 (and waits at the paused limiter); A waits in
   // its lane for its retry.
-  queue.async_submit(chat("C"), {.priority = Priority::critical},
+  submit_with(queue, chat("C"), {.priority = Priority::critical},
                      [](std::error_code, laneq::Response) {});
   laneq::test::run_until(io, [&] { return queue.metrics().total.rate_limited == 1; });
   const auto m = queue.metrics();
@@ -294,7 +296,7 @@ TEST_CASE("a retry-after longer than the limiter's longest pause (a day) keeps i
   std::error_code got{};
   bool done = false;
   // (no deadline: the lane's default would end it at once, as a retry it could not wait for)
-  queue.async_submit(chat("A"), {.timeout = std::chrono::milliseconds::max()},
+  submit_with(queue, chat("A"), {.timeout = std::chrono::milliseconds::max()},
                      [&](std::error_code ec, laneq::Response) {
                        got = ec;
                        done = true;
@@ -432,7 +434,7 @@ TEST_CASE("a 429 without retry-after that leaves too few tokens for its request 
   std::vector<std::string> done;
   std::uint32_t attempts_big = 0;
   const auto submit = [&](std::string text, std::int32_t max_tokens) {
-    queue.async_submit(chat(text, max_tokens), {},
+    submit_with(queue, chat(text, max_tokens), {},
                        [&, text](std::error_code ec, laneq::Response r) {
                          CHECK_FALSE(ec);
                          if (text == "big") attempts_big = r.attempts;
@@ -472,7 +474,7 @@ TEST_CASE("a 429 pauses before its refund: a request waiting for tokens does not
   queue.start();
   std::error_code ea, eb;
   run(io, [&]() -> asio::awaitable<void> {
-    queue.async_submit(chat("A", 6000), {}, [&](std::error_code e, laneq::Response) { ea = e; });
+    submit_with(queue, chat("A", 6000), {}, [&](std::error_code e, laneq::Response) { ea = e; });
     // B's ~6,000 tokens do not fit beside A's: it waits at the limiter while A is in flight
     auto [e, r] = co_await queue.async_submit(chat("B", 6000), {.timeout = 20s}, tuple_awaitable);
     eb = e;
@@ -785,8 +787,8 @@ TEST_CASE("a refund does not start a waiter before the same answer's exhausted b
   std::vector<std::error_code> outcomes;
   const auto record = [&](std::error_code ec, laneq::Response) { outcomes.push_back(ec); };
   run(io, [&]() -> asio::awaitable<void> {
-    queue.async_submit(chat("a", 100), {}, record);
-    queue.async_submit(chat("b", 100), {}, record);
+    submit_with(queue, chat("a", 100), {}, record);
+    submit_with(queue, chat("b", 100), {}, record);
     co_await laneq::test::wait_until([&] { return outcomes.size() == 2; });
     co_await queue.shutdown();
   });

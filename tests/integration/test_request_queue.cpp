@@ -30,6 +30,7 @@
 #include "laneq/laneq.hpp"
 #include "support/recording_provider.hpp"
 #include "support/run.hpp"
+#include "support/submit_with.hpp"
 
 using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
@@ -38,6 +39,7 @@ using laneq::Priority;
 using laneq::test::chat;
 using laneq::test::RecordingProvider;
 using laneq::test::run;
+using laneq::test::submit_with;
 using laneq::test::run_until;
 
 namespace {
@@ -202,7 +204,7 @@ TEST_CASE("with one worker, requests start in strict priority order, FIFO within
       {Priority::critical, "c2"},    {Priority::background, "bg2"}};
   int done = 0;
   for (auto& [p, text] : in)
-    queue.async_submit(chat(text), {.priority = p}, [&](std::error_code ec, laneq::Response) {
+    submit_with(queue, chat(text), {.priority = p}, [&](std::error_code ec, laneq::Response) {
       CHECK_FALSE(ec);
       if (++done == 8) queue.async_shutdown({}, [](std::error_code) {});
     });
@@ -222,7 +224,7 @@ TEST_CASE("a critical request overtakes 100 queued batch requests", "[queue][ord
   run(io, [&]() -> asio::awaitable<void> {
     std::vector<std::future<laneq::Response>> batch;
     for (int i = 0; i < 100; ++i)
-      queue.async_submit(chat("batch"), {.priority = Priority::background},
+      submit_with(queue, chat("batch"), {.priority = Priority::background},
                          [](std::error_code ec, laneq::Response) { CHECK_FALSE(ec); });
     co_await queue.submit(chat("urgent"), {.priority = Priority::critical});
     co_await queue.shutdown();
@@ -243,8 +245,8 @@ TEST_CASE("clients in one lane take turns through the queue", "[queue][fairness]
     if (++done == 12) queue.async_shutdown({}, [](std::error_code) {});
   };
   for (int i = 0; i < 6; ++i) {
-    queue.async_submit(chat("a"), {.client = "a"}, count);
-    queue.async_submit(chat("gold"), {.client = "gold"}, count);
+    submit_with(queue, chat("a"), {.client = "a"}, count);
+    submit_with(queue, chat("gold"), {.client = "gold"}, count);
   }
   io.poll();
   queue.start();
@@ -268,9 +270,9 @@ TEST_CASE("fair_share = tokens: clients of one lane share its tokens, not its re
       if (++done == 204) queue.async_shutdown({}, [](std::error_code) {});
     };
     // "big" asks ~1,001 tokens a request (a 1-token prompt + max_tokens 1,000), "small" ~11.
-    for (int i = 0; i < 4; ++i) queue.async_submit(chat("big", 1000), {.client = "big"}, count);
+    for (int i = 0; i < 4; ++i) submit_with(queue, chat("big", 1000), {.client = "big"}, count);
     for (int i = 0; i < 200; ++i)
-      queue.async_submit(chat("small", 10), {.client = "small"}, count);
+      submit_with(queue, chat("small", 10), {.client = "small"}, count);
     io.poll();
     queue.start();
     io.run();
@@ -318,7 +320,7 @@ TEST_CASE("with aging, a background request is served within its bound under con
   const auto feed_until = std::chrono::steady_clock::now() + 600ms;
   std::function<void()> feed = [&] {
     if (std::chrono::steady_clock::now() > feed_until) return;
-    queue.async_submit(chat(), {.priority = Priority::critical},
+    submit_with(queue, chat(), {.priority = Priority::critical},
                        [&](std::error_code ec, laneq::Response) {
                          critical_done += ec ? 0 : 1;
                          feed();
@@ -351,10 +353,10 @@ TEST_CASE("with aging, a background request keeps its bound when the rate limit 
   // at the limiter while the other's call runs
   laneq::RequestQueue queue(io.get_executor(), provider, aging_background(50ms, 100ms));
   int done = 0;
-  queue.async_submit(chat("background"), {.priority = Priority::background},
+  submit_with(queue, chat("background"), {.priority = Priority::background},
                      [&](std::error_code, auto) { ++done; });
   for (int i = 0; i < 30; ++i)  // 3 s of critical work at this rate
-    queue.async_submit(chat("critical"), {.priority = Priority::critical},
+    submit_with(queue, chat("critical"), {.priority = Priority::critical},
                        [&](std::error_code, auto) { ++done; });
   io.poll();  // all queued before a worker takes any
   queue.start();
@@ -384,12 +386,12 @@ TEST_CASE("with aging, a background request that reached the limiter unaged ages
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
     co_await queue.submit(chat("warm"), {.priority = Priority::critical});  // the budget is spent
-    queue.async_submit(chat("background"), {.priority = Priority::background},
+    submit_with(queue, chat("background"), {.priority = Priority::background},
                        [](std::error_code, auto) {});
     // taken by a worker (nothing better queued), it waits at the limiter
     co_await laneq::test::wait_until([&] { return queue.limiter().snapshot().waiting == 1; });
     for (int i = 0; i < 10; ++i)  // then a stream of critical work, newer than it
-      queue.async_submit(chat("critical"), {.priority = Priority::critical},
+      submit_with(queue, chat("critical"), {.priority = Priority::critical},
                          [](std::error_code, auto) {});
     co_await laneq::test::wait_until([&] { return provider.seen().size() >= 3; });
     co_await queue.shutdown({.drain = false});
@@ -409,7 +411,7 @@ TEST_CASE("reserved workers keep a worker free for critical requests", "[queue][
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
     for (int i = 0; i < 6; ++i)
-      queue.async_submit(chat(), {.priority = Priority::low}, [](auto, auto) {});
+      submit_with(queue, chat(), {.priority = Priority::low}, [](auto, auto) {});
     co_await laneq::test::wait_until([&] { return provider.in_flight() >= 2; });
     for (int i = 0; i < 10; ++i)  // every worker has had its turn to take work
       co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
@@ -438,13 +440,13 @@ TEST_CASE("when full, submit waits for room by default and fails queue_full in r
       if (!ec) ++ok;
       else if (ec == errc::queue_full) ++full;
     };
-    for (int i = 0; i < 10; ++i) queue.async_submit(chat(), {}, count);  // normal: waits
+    for (int i = 0; i < 10; ++i) submit_with(queue, chat(), {}, count);  // normal: waits
     asio::steady_timer t(co_await asio::this_coro::executor, 1ms);
     co_await t.async_wait(asio::use_awaitable);
     const auto m = queue.metrics();
     CHECK(m.total.waiting >= 6);
     CHECK(m.total.depth == 2);
-    queue.async_submit(chat(), {.priority = Priority::background}, count);  // rejects
+    submit_with(queue, chat(), {.priority = Priority::background}, count);  // rejects
     co_await queue.shutdown();
   });
   CHECK(ok == 10);
@@ -463,10 +465,10 @@ TEST_CASE("a critical request that finds the queue full starts at once on a park
   run(io, [&]() -> asio::awaitable<void> {
     // one low call in flight on the general worker, two low ones queued: the queue is full
     for (int i = 0; i < 3; ++i)
-      queue.async_submit(chat(), {.priority = Priority::low}, [](auto, auto) {});
+      submit_with(queue, chat(), {.priority = Priority::low}, [](auto, auto) {});
     co_await laneq::test::wait_until([&] { return provider.in_flight() == 1; });
     // and one more low one waiting for room
-    queue.async_submit(chat(), {.priority = Priority::low}, [](auto, auto) {});
+    submit_with(queue, chat(), {.priority = Priority::low}, [](auto, auto) {});
     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);  // admitted
     CHECK(queue.metrics().total.waiting == 1);
     // The reserved worker is idle: it takes the critical request now, not when room appears
@@ -487,7 +489,8 @@ TEST_CASE("a critical request that waited for room while the reserved worker was
   queue.start();
   std::map<std::string, laneq::Response> done;
   auto submit = [&](std::string name, Priority p) {
-    queue.async_submit(chat(name), {.priority = p}, [&, name](std::error_code ec, laneq::Response r) {
+    submit_with(queue, chat(name), {.priority = p}, [&, name](std::error_code ec,
+                                                              laneq::Response r) {
       CHECK_FALSE(ec);
       done[name] = std::move(r);
     });
@@ -520,7 +523,7 @@ TEST_CASE("a free reserved worker does not park while a critical request waits f
   std::map<std::string, std::error_code> ended;
   std::map<std::string, laneq::Response> done;
   auto submit = [&](std::string name, Priority p, std::chrono::milliseconds timeout) {
-    queue.async_submit(chat(name), {.priority = p, .timeout = timeout},
+    submit_with(queue, chat(name), {.priority = p, .timeout = timeout},
                        [&, name](std::error_code ec, laneq::Response r) {
                          ended[name] = ec;
                          done[name] = std::move(r);
@@ -558,7 +561,7 @@ TEST_CASE("when room appears, waiters go in by lane (with aging), not by arrival
                              .lanes = lanes});
   std::vector<std::string> done;
   auto submit = [&](std::string name, Priority p) {
-    queue.async_submit(chat(name), {.priority = p},
+    submit_with(queue, chat(name), {.priority = p},
                        [&, name](std::error_code ec, laneq::Response) {
                          CHECK_FALSE(ec);
                          done.push_back(name);
@@ -603,7 +606,7 @@ TEST_CASE("a client over its pending limit gets client_queue_full, others still 
   int done = 0;
   for (int i = 0; i < 5; ++i)
     for (std::string c : {"a", "b"})
-      queue.async_submit(chat(), {.client = c}, [&, c](std::error_code ec, laneq::Response) {
+      submit_with(queue, chat(), {.client = c}, [&, c](std::error_code ec, laneq::Response) {
         if (!ec) ++ok[c];
         if (ec == errc::client_queue_full) ++limited[c];
         if (++done == 10) queue.async_shutdown({}, [](std::error_code) {});
@@ -625,7 +628,7 @@ TEST_CASE("a client's requests waiting for room count toward its pending limit",
                             {.workers = 1, .max_pending = 3, .max_pending_per_client = 2});
   std::map<std::string, std::error_code> got;
   auto submit = [&](std::string name, std::string client, Priority p) {
-    queue.async_submit(chat(name), {.priority = p, .client = client},
+    submit_with(queue, chat(name), {.priority = p, .client = client},
                        [&, name](std::error_code ec, laneq::Response) { got[name] = ec; });
   };
   // full with x1 (low) and y1, y2 (high): x2 waits for room; x3 would be x's third
@@ -658,7 +661,7 @@ TEST_CASE("a request whose deadline passes while queued fails with timeout and n
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
-    queue.async_submit(chat("long"), {}, [](auto, auto) {});
+    submit_with(queue, chat("long"), {}, [](auto, auto) {});
     auto [ec, r] = co_await queue.async_submit(chat("short-deadline"), {.timeout = 10ms},
                                                tuple_awaitable);
     CHECK(ec == errc::timeout);
@@ -703,8 +706,10 @@ TEST_CASE("a request that expires in a queue whose start() was never called fail
   RecordingProvider provider;
   laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .max_pending = 1});
   std::error_code queued, waiting;
-  queue.async_submit(chat("queued"), {.timeout = 20ms}, [&](std::error_code ec, auto) { queued = ec; });
-  queue.async_submit(chat("waiting"), {.timeout = 30ms}, [&](std::error_code ec, auto) { waiting = ec; });
+  submit_with(queue, chat("queued"), {.timeout = 20ms},
+              [&](std::error_code ec, auto) { queued = ec; });
+  submit_with(queue, chat("waiting"), {.timeout = 30ms},
+              [&](std::error_code ec, auto) { waiting = ec; });
   run_until(io, [&] { return queued && waiting; });
   CHECK(queued == errc::not_started);
   CHECK(waiting == errc::not_started);
@@ -725,8 +730,8 @@ TEST_CASE("a request whose deadline passed before the queue's timer could run (a
   queue.start();
   std::error_code first, second;
   bool shut = false;
-  queue.async_submit(chat("first"), {}, [&](std::error_code ec, auto) { first = ec; });
-  queue.async_submit(chat("second"), {.timeout = 20ms},
+  submit_with(queue, chat("first"), {}, [&](std::error_code ec, auto) { first = ec; });
+  submit_with(queue, chat("second"), {.timeout = 20ms},
                      [&](std::error_code ec, auto) { second = ec; });
   run_until(io, [&] { return provider.seen().size() == 1; });  // both admitted, one started
   queue.async_shutdown({.drain = true}, [&](std::error_code) { shut = true; });
@@ -774,7 +779,7 @@ TEST_CASE("cancelling a queued request removes it - cancelling an in-flight one 
                            laneq::test::wait_until([&] { return provider.inner.in_flight() == 1; }));
     CHECK(first.index() == 1);  // the wait won
     // queued behind a long call: cancelled before it starts
-    queue.async_submit(chat("blocker"), {}, [](auto, auto) {});
+    submit_with(queue, chat("blocker"), {}, [](auto, auto) {});
     asio::steady_timer t2(ex, 20ms);
     auto second = co_await (queue.async_submit(chat("queued"), {}, tuple_awaitable) ||
                             t2.async_wait(tuple_awaitable));
@@ -910,7 +915,7 @@ TEST_CASE("a request resolved while its call runs stays alive for the provider u
     // cancelled (through ||) 300 ms into its call, and timed out 300 ms into its call: both
     // handlers run at once, the provider reads the requests 700 ms later
     asio::steady_timer t(ex, 300ms);
-    queue.async_submit(chat("timed out"), {.timeout = 300ms},
+    submit_with(queue, chat("timed out"), {.timeout = 300ms},
                        [&](std::error_code ec, laneq::Response) { timed_out = ec; });
     auto first = co_await (queue.async_submit(chat("cancelled"), {}, tuple_awaitable) ||
                            t.async_wait(tuple_awaitable));
@@ -998,7 +1003,7 @@ TEST_CASE("a streaming caller may destroy the queue from its on_delta (a handler
   queue->start();
   int deltas = 0;
   std::optional<std::error_code> got;
-  queue->async_submit(streaming([&](std::string_view) {
+  submit_with(*queue, streaming([&](std::string_view) {
                         if (++deltas == 2) queue.reset();  // e.g. the user closed the session
                       }),
                       {}, [&](std::error_code ec, laneq::Response) { got = ec; });
@@ -1137,7 +1142,7 @@ TEST_CASE("a submit made after async_shutdown on the same thread fails with shut
     io.poll();  // the workers are parked: a request admitted now would start at once
     std::error_code got;
     queue.async_shutdown({.drain = drain}, [](std::error_code) {});
-    queue.async_submit(chat(), {}, [&](std::error_code ec, laneq::Response) { got = ec; });
+    submit_with(queue, chat(), {}, [&](std::error_code ec, laneq::Response) { got = ec; });
     io.run();
     CHECK(got == errc::shutting_down);
     CHECK(provider.calls() == 0);
@@ -1153,7 +1158,7 @@ TEST_CASE("shutdown with drain finishes queued work - submits after it fail with
   int ok = 0;
   run(io, [&]() -> asio::awaitable<void> {
     for (int i = 0; i < 20; ++i)
-      queue.async_submit(chat(), {}, [&](std::error_code ec, auto) { ok += ec ? 0 : 1; });
+      submit_with(queue, chat(), {}, [&](std::error_code ec, auto) { ok += ec ? 0 : 1; });
     co_await queue.shutdown({.drain = true});
     CHECK(ok == 20);
     auto [ec, r] = co_await queue.async_submit(chat(), {}, tuple_awaitable);
@@ -1166,7 +1171,7 @@ TEST_CASE("shutdown with drain finishes queued work - submits after it fail with
 // n submits at once, counting those that succeed and those dropped by a shutdown.
 static void submit_counting(laneq::RequestQueue& queue, int n, int& ok, int& dropped) {
   for (int i = 0; i < n; ++i)
-    queue.async_submit(chat(), {}, [&ok, &dropped](std::error_code ec, auto) {
+    submit_with(queue, chat(), {}, [&ok, &dropped](std::error_code ec, auto) {
       if (!ec) ++ok;
       if (ec == errc::shutting_down) ++dropped;
     });
@@ -1227,9 +1232,9 @@ TEST_CASE("a request waiting for room is removed by its cancellation slot and ne
   std::error_code waiting_ec = errc::internal;
   int ok = 0;
   run(io, [&]() -> asio::awaitable<void> {
-    queue.async_submit(chat("a"), {}, [&](std::error_code ec, auto) { ok += !ec; });
+    submit_with(queue, chat("a"), {}, [&](std::error_code ec, auto) { ok += !ec; });
     co_await laneq::test::wait_until([&] { return provider.in_flight() == 1; });
-    queue.async_submit(chat("b"), {}, [&](std::error_code ec, auto) { ok += !ec; });  // queued
+    submit_with(queue, chat("b"), {}, [&](std::error_code ec, auto) { ok += !ec; });  // queued
     queue.async_submit(chat("c"), {}, asio::bind_cancellation_slot(sig.slot(),
                                           [&](std::error_code ec, auto) { waiting_ec = ec; }));
     co_await laneq::test::wait_until([&] { return queue.metrics().total.waiting == 1; });
@@ -1257,7 +1262,7 @@ TEST_CASE("shutdown without drain: a call in flight that fails retryably is not 
   std::error_code got;
   laneq::Response last;
   run(io, [&]() -> asio::awaitable<void> {
-    queue.async_submit(chat(), {}, [&](std::error_code ec, laneq::Response r) {
+    submit_with(queue, chat(), {}, [&](std::error_code ec, laneq::Response r) {
       got = ec;
       last = std::move(r);
     });
@@ -1561,7 +1566,7 @@ TEST_CASE("workers keep io_context::run busy until shutdown, which returns at on
   queue.start();
   int ok = 0;
   for (int i = 0; i < 5; ++i)
-    queue.async_submit(chat(), {}, [&](std::error_code ec, auto) { ok += ec ? 0 : 1; });
+    submit_with(queue, chat(), {}, [&](std::error_code ec, auto) { ok += ec ? 0 : 1; });
   // the workers are running coroutines: without shutdown the loop does not run out of work
   run_until(io, [&] { return ok == 5; });
   io.poll();
@@ -1965,7 +1970,7 @@ TEST_CASE("metrics count every request once and export as JSON and Prometheus te
   queue.start();
   int done = 0;
   for (int i = 0; i < 30; ++i)
-    queue.async_submit(chat(), {.priority = i % 2 ? Priority::critical : Priority::low,
+    submit_with(queue, chat(), {.priority = i % 2 ? Priority::critical : Priority::low,
                                 .client = "t" + std::to_string(i % 3)},
                        [&](std::error_code, laneq::Response) {
                          if (++done == 30) queue.async_shutdown({}, [](std::error_code) {});
@@ -2015,7 +2020,7 @@ TEST_CASE("destroying a queue completes every request it holds with shutting_dow
     laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2, .max_pending = 5});
     queue.start();
     for (int i = 0; i < 10; ++i)  // 2 in flight, 5 queued, 3 waiting for room
-      queue.async_submit(chat(), {}, [&got, i](std::error_code ec, laneq::Response) {
+      submit_with(queue, chat(), {}, [&got, i](std::error_code ec, laneq::Response) {
         got[i].push_back(ec);
       });
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
@@ -2057,7 +2062,7 @@ TEST_CASE("an io_context destroyed after the queue, without running again, takes
       laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1, .max_pending = 2});
       queue.start();
       for (int i = 0; i < 4; ++i)
-        queue.async_submit(chat(), {}, [&called, token](std::error_code, laneq::Response) {
+        submit_with(queue, chat(), {}, [&called, token](std::error_code, laneq::Response) {
           ++called;
         });
       asio::co_spawn(io, [&queue, token]() -> asio::awaitable<void> {
@@ -2083,7 +2088,7 @@ TEST_CASE("a queue destroyed by a coroutine of its own one-thread loop fails wha
                                                        laneq::QueueConfig{.workers = 2});
     queue->start();
     for (int i = 0; i < 5; ++i)
-      queue->async_submit(chat(), {}, [&](std::error_code ec, auto) { got.push_back(ec); });
+      submit_with(*queue, chat(), {}, [&](std::error_code ec, auto) { got.push_back(ec); });
     queue.reset();  // before the strand admitted them, before the workers started
     co_return;
   });
@@ -2129,7 +2134,7 @@ TEST_CASE("co_await (queue.submit(...) || timer) cancels the submit when the tim
   queue.start();
   run(io, [&]() -> asio::awaitable<void> {
     auto ex = co_await asio::this_coro::executor;
-    queue.async_submit(chat("blocker"), {}, [](auto, auto) {});  // holds the one worker
+    submit_with(queue, chat("blocker"), {}, [](auto, auto) {});  // holds the one worker
     asio::steady_timer t(ex, 20ms);
     auto won = co_await (queue.submit(chat("queued")) || t.async_wait(asio::use_awaitable));
     CHECK(won.index() == 1);  // the timer
