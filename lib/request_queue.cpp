@@ -601,6 +601,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
           return reject(op, errc::bad_request,
                         "Request::extra holds a NaN or infinite number, which JSON cannot "
                         "carry (it would be sent as null)");
+        case detail::json_value_fault::discarded:  // inside it: the whole one is said above
+          return reject(op, errc::bad_request,
+                        "Request::extra holds a discarded value (a failed parse) inside it, "
+                        "which is no JSON (it would be sent as the text <discarded>)");
       }
     // A timeout of 0 or less would expire at once: a mistake (0 means "none" elsewhere), said so.
     if (const auto& t = op->options.timeout; !recovered && t && t->count() <= 0)

@@ -1,12 +1,24 @@
 #include "record_json.hpp"
 
 #include <cstdint>
+#include <limits>
 
 #include "../json_text.hpp"
+#include "laneq/detail/json_depth.hpp"
 
 namespace laneq::store {
 
 using nlohmann::json;
+
+namespace {
+
+// A discarded value anywhere in `j` (see append_json).
+bool holds_discarded(const json& j) {
+  return detail::json_value_fault_of(j, std::numeric_limits<std::size_t>::max()) ==
+         detail::json_value_fault::discarded;
+}
+
+}  // namespace
 
 void append_json(std::string& out, const Request& r) {
   out += "{\"model\":";
@@ -17,9 +29,10 @@ void append_json(std::string& out, const Request& r) {
   out += std::to_string(r.max_tokens);
   out += r.stream ? ",\"stream\":true,\"extra\":" : ",\"stream\":false,\"extra\":";
   // A discarded value (json::parse(text, nullptr, false) of bad text) dumps as "<discarded>",
-  // which no later open could read back. The queue refuses a durable request carrying one
-  // (bad_request); written as null here all the same, so that no row is ever unreadable.
-  if (r.extra.is_null() || r.extra.is_discarded())
+  // which no later open could read back. The queue refuses a durable request carrying one,
+  // at any depth (bad_request); written as null here all the same, so that no row is ever
+  // unreadable.
+  if (r.extra.is_null() || holds_discarded(r.extra))
     out += "null";
   else
     out += dump(r.extra);
@@ -36,7 +49,7 @@ json to_json(const Response& r) {
                      {"rate_exempt_input_tokens", r.usage.rate_exempt_input_tokens}}},
           {"finish_reason", r.finish_reason},
           {"headers", std::move(headers)},
-          {"raw", r.raw.is_discarded() ? json(nullptr) : r.raw},
+          {"raw", holds_discarded(r.raw) ? json(nullptr) : r.raw},  // (a custom provider's)
           {"error_type", r.error_type},
           {"error_message", r.error_message},
           {"attempts", r.attempts},

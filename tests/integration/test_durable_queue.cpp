@@ -12,6 +12,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 #include <condition_variable>
 #include <mutex>
@@ -397,8 +398,8 @@ TEST_CASE("without a journal async_enqueue, a durable submit and result fail wit
   CHECK(provider.seen().empty());
 }
 
-TEST_CASE("a durable request whose extra is a discarded JSON value is refused with bad_request, "
-          "not journaled without it",
+TEST_CASE("a durable request whose extra is or holds a discarded JSON value is refused with "
+          "bad_request, not journaled without it",
           "[durable][errors]") {
   TempDir dir("laneq-durable");
   DurableRun r({.workers = 1, .journal = {.path = dir.file("q.db")}});
@@ -411,10 +412,27 @@ TEST_CASE("a durable request whose extra is a discarded JSON value is refused wi
     REQUIRE(q.extra.is_discarded());
     return q;
   };
+  // Inside an object (a schema the caller parsed without exceptions), past a NaN too: it
+  // dumped as the text <discarded>, a row no later open could read.
+  auto nested = [](const std::string& id) {
+    laneq::Request q = request(id);
+    q.extra = {{"temperature", 0.5},
+               {"response_format", {{"schema", nlohmann::json::parse("{x", nullptr, false)}}}};
+    REQUIRE(q.extra["response_format"]["schema"].is_discarded());
+    return q;
+  };
   run(io, [&]() -> asio::awaitable<void> {
     auto [ec, resp] = co_await queue.async_submit(bad("s-1"), {.durable = true}, tuple_awaitable);
     CHECK(ec == errc::bad_request);
     CHECK_THAT(resp.error_message, Catch::Contains("discarded"));
+    auto [ec2, resp2] =
+        co_await queue.async_submit(nested("s-2"), {.durable = true}, tuple_awaitable);
+    CHECK(ec2 == errc::bad_request);
+    CHECK_THAT(resp2.error_message, Catch::Contains("discarded value (a failed parse) inside"));
+    laneq::Request both = nested("s-3");
+    both.extra["a"] = {std::numeric_limits<double>::quiet_NaN()};  // walked before the schema
+    auto [ec3, resp3] = co_await queue.async_submit(both, {.durable = true}, tuple_awaitable);
+    CHECK(ec3 == errc::bad_request);
     queue.async_enqueue(bad("e-1"), {}, [&](std::error_code e, std::string id) {
       acks.emplace_back(e, std::move(id));
     });

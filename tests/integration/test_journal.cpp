@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -301,15 +302,28 @@ TEST_CASE("a request or response holding a discarded JSON value is stored as nul
     resp.raw = nlohmann::json::parse("neither", nullptr, false);
     const auto row = append_ok(*j, make_record("bad-raw"));
     CHECK_FALSE(finish_wait(*j, row, JournalState::succeeded, 1, {}, "", &resp));
+    // Inside an object or an array too, and after a NaN (which dumps as null)
+    auto nested = make_record("nested-extra");
+    nested.request.extra = {{"n", std::numeric_limits<double>::quiet_NaN()},
+                            {"schema", nlohmann::json::parse("{x", nullptr, false)}};
+    append_ok(*j, nested);
+    laneq::Response nested_raw;
+    nested_raw.raw = {{"choices", nlohmann::json::array({nlohmann::json::parse("[", nullptr,
+                                                                               false)})}};
+    const auto row2 = append_ok(*j, make_record("nested-raw"));
+    CHECK_FALSE(finish_wait(*j, row2, JournalState::succeeded, 1, {}, "", &nested_raw));
   }
   auto j = Journal::open({path});  // threw "row cannot be read" before
   const auto back = j->take_recovered();
-  REQUIRE(back.size() == 1);
+  REQUIRE(back.size() == 2);
   CHECK(back[0].request.extra.is_null());
-  const auto finished = lookup_wait(*j, "bad-raw");
-  REQUIRE(finished);
-  REQUIRE(finished->response);
-  CHECK(finished->response->raw.is_null());
+  CHECK(back[1].request.extra.is_null());
+  for (const auto* id : {"bad-raw", "nested-raw"}) {
+    const auto finished = lookup_wait(*j, id);
+    REQUIRE(finished);
+    REQUIRE(finished->response);
+    CHECK(finished->response->raw.is_null());
+  }
 }
 
 TEST_CASE("an in-flight request is recovered as pending with its attempts kept and its lease void",

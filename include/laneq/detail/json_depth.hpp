@@ -41,29 +41,36 @@ inline bool json_depth_within(std::string_view text,
 }
 
 // What is wrong with a value built in memory (Request::extra from a caller's own parse), if
-// anything: nesting beyond the same bound, or a NaN or infinite number, which JSON cannot say
-// (nlohmann dumps it as null: a setting silently replaced by the provider's default). Walked
-// without recursion: the walk must not do what it guards against.
-enum class json_value_fault { none, too_deep, non_finite };
+// anything: nesting beyond the same bound; a NaN or infinite number, which JSON cannot say
+// (nlohmann dumps it as null: a setting silently replaced by the provider's default); a
+// discarded value (a failed json::parse(text, nullptr, false)), which dumps as the text
+// "<discarded>": no JSON at all. A discarded value is found past a NaN (the journal asks for
+// it alone). Walked without recursion: the walk must not do what it guards against.
+enum class json_value_fault { none, too_deep, non_finite, discarded };
 
 inline json_value_fault json_value_fault_of(const nlohmann::json& value,
                                             std::size_t max_depth = kMaxJsonDepth) {
   const auto finite = [](const nlohmann::json& v) {
     return !v.is_number_float() || std::isfinite(v.get<double>());
   };
-  if (!value.is_structured()) return finite(value) ? json_value_fault::none
-                                                   : json_value_fault::non_finite;
+  const auto fault = [&](const nlohmann::json& v) {
+    if (v.is_discarded()) return json_value_fault::discarded;
+    return finite(v) ? json_value_fault::none : json_value_fault::non_finite;
+  };
+  if (!value.is_structured()) return fault(value);
   std::vector<std::pair<const nlohmann::json*, std::size_t>> todo{{&value, 1}};  // its depth
+  auto found = json_value_fault::none;
   while (!todo.empty()) {
     const auto [v, depth] = todo.back();
     todo.pop_back();
     if (depth > max_depth) return json_value_fault::too_deep;
     for (const auto& child : *v) {
       if (child.is_structured()) todo.emplace_back(&child, depth + 1);
-      else if (!finite(child)) return json_value_fault::non_finite;
+      else if (const auto f = fault(child); f == json_value_fault::discarded) return f;
+      else if (f != json_value_fault::none) found = f;
     }
   }
-  return json_value_fault::none;
+  return found;
 }
 
 }  // namespace laneq::detail
