@@ -7,6 +7,7 @@
 
 #include "laneq/error.hpp"
 #include "laneq/detail/post.hpp"
+#include "laneq/detail/url_for_display.hpp"
 #include "laneq/provider.hpp"
 #include "http_call.hpp"
 #include "../ascii_case.hpp"
@@ -34,7 +35,7 @@ Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base
   const auto refuse = [&](const char* why) {
     throw std::system_error(make_error_code(errc::invalid_config),
                             std::string(provider) + ": the base URL \"" +
-                                base.substr(0, base.find_first_of("?\r\n")) + "\"" +
+                                url_for_display(base) + "\"" +
                                 (base_from_env ? std::string(" (from ") + base_env + ")" : "") +
                                 " " + why);
   };

@@ -23,7 +23,7 @@ void check_headers(const Headers& headers, const char* provider);
 // its own is the API's root: "/chat/completions" follows it ("https://h/v1beta/openai").
 // Throws std::system_error(errc::invalid_config) when neither a key nor a custom base URL is
 // given, or the base is not an http(s) URL without control characters
-// (messages leave out the query: it may hold a key).
+// (messages leave out the query and a user:password@: either may hold a key).
 Endpoint resolve_endpoint(std::string key, const char* key_env, std::string base,
                           const char* base_env, const char* default_base, const std::string& path,
                           const char* provider, bool base_path_is_root = false);

@@ -521,6 +521,30 @@ TEST_CASE("a resume with a new journal refuses failure lines of calls another ru
   CHECK(mock.stats()["requests"] == 0);
 }
 
+TEST_CASE("the start line shows the base URL without its query or user:password - no key in a "
+          "CI log",
+          "[cli]") {
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(1));
+  // A port nothing listens on: the line fails with network after one call.
+  const std::string url = "http://user:SECRETPW@127.0.0.1:9/v1?key=SECRETKEY";
+  auto r = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("o1"), "--base-url", url,
+                    "--max-attempts", "1", "--progress", "none"}, mock_env);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("openai at http://127.0.0.1:9/v1, "));
+  auto env = mock_env;
+  env.push_back("OPENAI_BASE_URL=" + url);
+  auto e = run_cli({"run", dir.file("in.jsonl"), "--out", dir.file("o2"), "--max-attempts", "1",
+                    "--progress", "none"}, env);
+  INFO(e.err);
+  CHECK(e.code == 1);
+  CHECK_THAT(e.err, Catch::Contains("openai at http://127.0.0.1:9/v1 ($OPENAI_BASE_URL)"));
+  for (const auto& text : {r.err, e.err, read_bytes(dir.file("o1")), read_bytes(dir.file("o2"))})
+    for (const char* secret : {"SECRETPW", "SECRETKEY"})
+      CHECK(text.find(secret) == std::string::npos);
+}
+
 TEST_CASE("a SIGINT the process was started with ignored stays ignored for the whole run",
           "[cli]") {
   TempDir dir;

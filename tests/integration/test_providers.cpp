@@ -717,6 +717,14 @@ TEST_CASE("both providers: a header that would not go on the wire as given is a 
           "has a space or a control character");
   refused([&] { laneq::OpenAIProvider(transport, {.base_url = "ftp://h/v1?key=" + secret_key}); },
           "\"ftp://h/v1\" must start with http:// or https://");
+  // nor the user:password@ of a gateway's URL
+  refused([&] {
+    laneq::OpenAIProvider(transport, {.base_url = "https://u:" + secret_key + "@h/v1 "});
+  }, "\"https://h/v1 \" has a space");
+  refused([&] {
+    laneq::AnthropicProvider(transport, {.api_key = "k", .base_url = "https://u:" + secret_key +
+                                                                     "@/v1?key=" + secret_key});
+  }, "\"https:///v1\" has no host name");
   // no host (https://${HOST} with HOST unset): curl would take "v1" of the path as the host
   for (const char* no_host : {"https://", "https:///v1", "http://?key=x", "https://user@/v1",
                               "https://:8080/v1"}) {

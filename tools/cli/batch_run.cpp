@@ -25,6 +25,7 @@
 
 #include "cli/batch_line.hpp"
 #include "cli/progress.hpp"
+#include "laneq/detail/url_for_display.hpp"
 #include "laneq/laneq.hpp"
 #include "mock_api/mock_server.hpp"
 
@@ -430,11 +431,13 @@ class BatchRun {
   }
 
   // Where the provider sends the calls: with no --base-url, its environment variable's URL
-  // (as the provider reads it) or its default.
+  // (as the provider reads it) or its default. Without a query or user:password@ (a key in a
+  // CI log otherwise).
   std::string shown_url(const std::string& base_url) const {
-    if (!base_url.empty()) return base_url;
+    if (!base_url.empty()) return laneq::detail::url_for_display(base_url);
     const char* env = o_.provider == "anthropic" ? "ANTHROPIC_BASE_URL" : "OPENAI_BASE_URL";
-    if (const char* v = std::getenv(env); v && *v) return std::string(v) + " ($" + env + ")";
+    if (const char* v = std::getenv(env); v && *v)
+      return laneq::detail::url_for_display(v) + " ($" + env + ")";
     return "its default URL";
   }
 
