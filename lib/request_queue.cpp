@@ -621,8 +621,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                         std::to_string(m) + ")");
     // A recovered request was acknowledged in an earlier run: the per-client limit must not
     // fail it now (only its deadline ends it); enqueue() lets it past the scheduler's too.
+    // (Durable requests whose rows are being written count too: a burst of them must not all
+    // pass before any is queued, and be acknowledged past the limit.)
     if (!recovered && cfg_.max_pending_per_client != 0 &&
-        sched_.client_size(op->options.client) + waiting_.client_size(op->options.client) >=
+        sched_.client_size(op->options.client) + waiting_.client_size(op->options.client) +
+                journaling_of(op->options.client) >=
             cfg_.max_pending_per_client)
       return reject(op, errc::client_queue_full);
     // Estimated once; a cost beyond a whole budget could never be granted: say so now.
@@ -653,8 +656,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::waiting);
     }
     if (op->options.durable && (!op->durable || op->durable->row == 0)) {
-      // Once acknowledged it always waits for room: a full lane that rejects says so first.
-      if (must_wait(op) && refused_when_full(op)) return reject(op, errc::queue_full);
+      // Once acknowledged it always waits for room: a full lane that rejects says so first,
+      // counting the requests whose rows are being written (a burst of durable submits
+      // passed this check all at once, and all were acknowledged past max_pending).
+      if (refused_when_full(op) && must_wait(op, journaling_))
+        return reject(op, errc::queue_full);
       return start_journaling(op, now);
     }
     place(op);
@@ -683,8 +689,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // No room, unless a parked reserved worker takes it at once: it needs none (it leaves the
   // scheduler as it enters), so a critical request never waits for a full queue of batch work.
   // (Not past an earlier waiter of a reserved lane: that one goes first, see take_next.)
-  bool must_wait(const submit_op_base* op) const {
-    if (!sched_.full() && waiting_.empty()) return false;
+  // `also_pending`: requests about to be placed, counted as queued.
+  bool must_wait(const submit_op_base* op, std::size_t also_pending = 0) const {
+    const auto cap = sched_.max_pending();
+    const bool full = also_pending == 0 ? sched_.full()
+                                        : cap != 0 && sched_.size() + also_pending >= cap;
+    if (!full && waiting_.empty()) return false;
     return idle_reserved_.empty() || !sched_.lane(op->lane).reserved ||
            waiting_.any_in(sched_.reserved_lanes());
   }
@@ -717,6 +727,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->request.id.empty()) op->request.id = make_request_id();
     op->st = state::journaling;
     ++journaling_;
+    if (cfg_.max_pending_per_client != 0) ++journaling_by_client_[op->options.client.str()];
     // Counted as waiting until its row is committed: the books balance meanwhile too
     // (submitted = outcomes + waiting + depth + in flight).
     metrics_.waiting(op->lane, op->client_ref);
@@ -738,6 +749,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   void journaled(op_ptr op, std::error_code ec, std::int64_t row) {
     --journaling_;
+    if (cfg_.max_pending_per_client != 0) {
+      const auto it = journaling_by_client_.find(std::string_view(op->options.client));
+      if (--it->second == 0) journaling_by_client_.erase(it);
+    }
     if (ec) {  // not acknowledged (duplicate_id, or the journal failed): nothing runs
       metrics_.finished(op->lane, op->client_ref, Metrics::Outcome::rejected,
                         Metrics::From::waiting, Metrics::no_call);
@@ -1593,6 +1608,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   std::shared_ptr<Journal> journal_;
   std::shared_ptr<journal_link> link_;
   std::size_t journaling_ = 0;            // durable requests whose row is being committed
+  // ... per client, kept only with a per-client limit
+  std::map<std::string, std::size_t, std::less<>> journaling_by_client_;
+  std::size_t journaling_of(std::string_view client) const {
+    const auto it = journaling_by_client_.find(client);
+    return it == journaling_by_client_.end() ? 0 : it->second;
+  }
   bool flushing_ = false;                 // shutdown waits for the journal's last commits
   bool handing_out_ = false;
   bool started_ = false;

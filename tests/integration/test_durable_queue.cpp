@@ -469,6 +469,32 @@ TEST_CASE("a durable request for a full lane that rejects fails with queue_full 
   CHECK(provider.seen() == ids{"fills"});
 }
 
+TEST_CASE("a burst of durable requests is held to max_pending on a lane that rejects and to the "
+          "per-client limit - requests whose rows are still being written count",
+          "[durable][errors][backpressure][limits]") {
+  TempDir dir("laneq-durable");
+  auto lanes = laneq::default_lanes();
+  for (auto& l : lanes) l.when_full = laneq::WhenFull::reject;
+  DurableRun r({.workers = 1, .max_pending = 3, .max_pending_per_client = 2, .lanes = lanes,
+                .journal = {.path = dir.file("q.db")}});
+  auto& [reports, io, provider, queue] = r;  // not started: nothing leaves the queue
+  std::map<std::string, std::error_code> acks;
+  // All five before the loop runs: none is queued yet when the next arrives.
+  for (const std::string id : {"a1", "a2", "a3", "b1", "b2"})
+    queue.async_enqueue(request(id), {.client = id.substr(0, 1)},
+                        [&acks, id](std::error_code ec, std::string) { acks[id] = ec; });
+  laneq::test::run_until(io, [&] { return acks.size() == 5; });
+  CHECK_FALSE(acks["a1"]);
+  CHECK_FALSE(acks["a2"]);
+  CHECK(acks["a3"] == errc::client_queue_full);  // a1 and a2 being written: a's 2
+  CHECK_FALSE(acks["b1"]);
+  CHECK(acks["b2"] == errc::queue_full);  // a1, a2 and b1 being written: the queue's 3
+  CHECK(queue.journal()->stats().appended == 3);
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> { co_await queue.shutdown({.drain = true}); });
+  CHECK(provider.seen() == ids{"a1", "b1", "a2"});  // (clients take turns)
+}
+
 TEST_CASE("an id already in the journal - pending or finished - is refused with duplicate_id - "
           "one acknowledgement, one report and one call each",
           "[durable][errors]") {
@@ -832,8 +858,8 @@ TEST_CASE("an acknowledged durable request is never failed by the per-client lim
   TempDir dir("laneq-durable");
   const auto path = dir.file("q.db");
   const laneq::SubmitOptions of_a{.client = "a"};
-  {  // a1 and a2 arrive together: both pass the limit before either is queued
-    DurableRun first({.workers = 1, .max_pending_per_client = 1, .journal = {.path = path}});
+  {  // a limit of 2 in this run
+    DurableRun first({.workers = 1, .max_pending_per_client = 2, .journal = {.path = path}});
     auto& [reports, io, provider, queue] = first;
     std::vector<std::error_code> acks;
     run(io, [&]() -> asio::awaitable<void> {
@@ -854,7 +880,7 @@ TEST_CASE("an acknowledged durable request is never failed by the per-client lim
     CHECK(acks == std::vector<std::error_code>{{}, {}, errc::client_queue_full});
     CHECK(provider.seen().empty());
   }
-  // The next run has the same limit and recovers both for client a.
+  // The next run has a limit of 1 and recovers both for client a.
   DurableRun next({.workers = 1, .max_pending_per_client = 1, .journal = {.path = path}});
   next.drain();
   CHECK(next.provider.seen() == ids{"a1", "a2"});
