@@ -656,11 +656,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
       return finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::waiting);
     }
     if (op->options.durable && (!op->durable || op->durable->row == 0)) {
-      // Once acknowledged it always waits for room: a full lane that rejects says so first,
-      // counting the requests whose rows are being written (a burst of durable submits
-      // passed this check all at once, and all were acknowledged past max_pending).
-      if (refused_when_full(op) && must_wait(op, journaling_))
-        return reject(op, errc::queue_full);
+      // Once acknowledged it always waits for room: a full lane that rejects says so first.
+      if (refused_when_full(op) && must_wait(op, true)) return reject(op, errc::queue_full);
       return start_journaling(op, now);
     }
     place(op);
@@ -682,6 +679,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   template <bool Counted = false>
   void place(op_ptr op) {
     if (must_wait(op)) return wait_for_room(op, Counted);
+    // A lane that rejects counts the durable requests whose rows are being written as queued
+    // (they will be, acknowledged): a submit that would overfill it with them is refused.
+    if (journaling_ > 0 && refused_when_full(op) && must_wait(op, true))
+      return wait_for_room(op, Counted);  // (refuses it)
     enqueue(op, Counted, sched_.full());  // full: for the reserved worker, past capacity
     hand_out();
   }
@@ -689,13 +690,18 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // No room, unless a parked reserved worker takes it at once: it needs none (it leaves the
   // scheduler as it enters), so a critical request never waits for a full queue of batch work.
   // (Not past an earlier waiter of a reserved lane: that one goes first, see take_next.)
-  // `also_pending`: requests about to be placed, counted as queued.
-  bool must_wait(const submit_op_base* op, std::size_t also_pending = 0) const {
+  // `journaling`: durable requests whose rows are being written count as queued, and those of
+  // reserved lanes as taking parked reserved workers (for a lane that rejects: a burst of
+  // durable submits passed the check all at once, then all were acknowledged past the limit).
+  bool must_wait(const submit_op_base* op, bool journaling = false) const {
+    if (!journaling) {
+      if (!sched_.full() && waiting_.empty()) return false;
+      return idle_reserved_.empty() || !sched_.lane(op->lane).reserved ||
+             waiting_.any_in(sched_.reserved_lanes());
+    }
     const auto cap = sched_.max_pending();
-    const bool full = also_pending == 0 ? sched_.full()
-                                        : cap != 0 && sched_.size() + also_pending >= cap;
-    if (!full && waiting_.empty()) return false;
-    return idle_reserved_.empty() || !sched_.lane(op->lane).reserved ||
+    if ((cap == 0 || sched_.size() + journaling_ < cap) && waiting_.empty()) return false;
+    return idle_reserved_.size() <= journaling_reserved_ || !sched_.lane(op->lane).reserved ||
            waiting_.any_in(sched_.reserved_lanes());
   }
 
@@ -727,6 +733,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->request.id.empty()) op->request.id = make_request_id();
     op->st = state::journaling;
     ++journaling_;
+    if (sched_.lane(op->lane).reserved) ++journaling_reserved_;
     if (cfg_.max_pending_per_client != 0) ++journaling_by_client_[op->options.client.str()];
     // Counted as waiting until its row is committed: the books balance meanwhile too
     // (submitted = outcomes + waiting + depth + in flight).
@@ -749,6 +756,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   void journaled(op_ptr op, std::error_code ec, std::int64_t row) {
     --journaling_;
+    if (sched_.lane(op->lane).reserved) --journaling_reserved_;
     if (cfg_.max_pending_per_client != 0) {
       const auto it = journaling_by_client_.find(std::string_view(op->options.client));
       if (--it->second == 0) journaling_by_client_.erase(it);
@@ -1608,6 +1616,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   std::shared_ptr<Journal> journal_;
   std::shared_ptr<journal_link> link_;
   std::size_t journaling_ = 0;            // durable requests whose row is being committed
+  std::size_t journaling_reserved_ = 0;   // ... of reserved lanes
   // ... per client, kept only with a per-client limit
   std::map<std::string, std::size_t, std::less<>> journaling_by_client_;
   std::size_t journaling_of(std::string_view client) const {

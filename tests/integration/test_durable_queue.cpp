@@ -161,6 +161,13 @@ class ManualProvider final : public laneq::Provider {
   std::vector<Call> open_;
 };
 
+// The default lanes, each failing a submit with queue_full when the queue is full.
+std::vector<laneq::LaneConfig> rejecting_lanes() {
+  auto lanes = laneq::default_lanes();
+  for (auto& l : lanes) l.when_full = laneq::WhenFull::reject;
+  return lanes;
+}
+
 // One run of a program on a journal: an io_context, a RecordingProvider and a queue whose
 // on_durable_result goes to `reports`.
 struct DurableRun {
@@ -450,8 +457,7 @@ TEST_CASE("a durable request for a full lane that rejects fails with queue_full 
           "journaled",
           "[durable][errors][backpressure]") {
   TempDir dir("laneq-durable");
-  auto lanes = laneq::default_lanes();
-  for (auto& l : lanes) l.when_full = laneq::WhenFull::reject;
+  const auto lanes = rejecting_lanes();
   DurableRun r({.workers = 1, .max_pending = 1, .lanes = lanes,
                 .journal = {.path = dir.file("q.db")}});
   auto& [reports, io, provider, queue] = r;  // not started: the first request fills the queue
@@ -473,8 +479,7 @@ TEST_CASE("a burst of durable requests is held to max_pending on a lane that rej
           "per-client limit - requests whose rows are still being written count",
           "[durable][errors][backpressure][limits]") {
   TempDir dir("laneq-durable");
-  auto lanes = laneq::default_lanes();
-  for (auto& l : lanes) l.when_full = laneq::WhenFull::reject;
+  const auto lanes = rejecting_lanes();
   DurableRun r({.workers = 1, .max_pending = 3, .max_pending_per_client = 2, .lanes = lanes,
                 .journal = {.path = dir.file("q.db")}});
   auto& [reports, io, provider, queue] = r;  // not started: nothing leaves the queue
@@ -493,6 +498,61 @@ TEST_CASE("a burst of durable requests is held to max_pending on a lane that rej
   queue.start();
   run(io, [&]() -> asio::awaitable<void> { co_await queue.shutdown({.drain = true}); });
   CHECK(provider.seen() == ids{"a1", "b1", "a2"});  // (clients take turns)
+}
+
+TEST_CASE("on a full lane that rejects, a burst of critical durable requests gets one parked "
+          "reserved worker, not one each, and a plain submit counts rows being written",
+          "[durable][errors][backpressure][reserved]") {
+  TempDir dir("laneq-durable");
+  const auto lanes = rejecting_lanes();
+  asio::io_context io;
+  ManualProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .reserved_workers = 1, .max_pending = 1,
+                             .lanes = lanes, .journal = {.path = dir.file("q.db")}});
+  queue.start();
+  std::map<std::string, std::error_code> acks, ended;
+  auto plain = [&](const std::string& id, Priority p) {
+    submit_with(queue, request(id), {.priority = p},
+                [&ended, id](std::error_code ec, laneq::Response) { ended[id] = ec; });
+  };
+  auto durable = [&](const std::string& id, Priority p) {
+    queue.async_enqueue(request(id), {.priority = p},
+                        [&acks, id](std::error_code ec, std::string) { acks[id] = ec; });
+  };
+  plain("x", Priority::low);  // in flight on the general worker
+  laneq::test::run_until(io, [&] { return provider.calls() == 1; });
+  plain("y", Priority::low);  // queued: the queue is full; the reserved worker is parked
+  io.poll();
+  // One turn: the first takes the parked reserved worker once its row is written; the others
+  // found it parked too, and were acknowledged to wait past max_pending.
+  for (const char* id : {"c1", "c2", "c3"}) durable(id, Priority::critical);
+  laneq::test::run_until(io, [&] { return acks.size() == 3; });
+  CHECK_FALSE(acks["c1"]);
+  CHECK(acks["c2"] == errc::queue_full);
+  CHECK(acks["c3"] == errc::queue_full);
+  CHECK(queue.metrics().total.waiting == 0);
+  laneq::test::run_until(io, [&] { return provider.calls() == 2; });  // c1, reserved worker
+  provider.answer_all();  // x and c1: y starts
+  laneq::test::run_until(io, [&] { return provider.calls() == 3; });
+  // Room for one: a durable request takes it while its row is written, and a plain submit on
+  // a lane that rejects counts that (it was queued, and d acknowledged past max_pending).
+  durable("d", Priority::low);
+  plain("n", Priority::low);
+  laneq::test::run_until(io, [&] { return acks.size() == 4 && ended.count("n"); });
+  CHECK_FALSE(acks["d"]);
+  CHECK(ended["n"] == errc::queue_full);
+  CHECK(queue.metrics().total.waiting == 0);
+  laneq::test::run_until(io, [&] {
+    provider.answer_all();
+    return provider.calls() == 4;
+  });
+  provider.answer_all();
+  CHECK(provider.ids() == ids{"x", "c1", "y", "d"});
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+  CHECK_FALSE(ended["x"]);
+  CHECK_FALSE(ended["y"]);
 }
 
 TEST_CASE("an id already in the journal - pending or finished - is refused with duplicate_id - "

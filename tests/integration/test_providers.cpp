@@ -11,6 +11,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include "laneq/detail/url_for_display.hpp"
 #include "laneq/laneq.hpp"
 #include "mock_api/mock_server_thread.hpp"
 #include "support/run.hpp"
@@ -717,7 +718,10 @@ TEST_CASE("both providers: a header that would not go on the wire as given is a 
           "has a space or a control character");
   refused([&] { laneq::OpenAIProvider(transport, {.base_url = "ftp://h/v1?key=" + secret_key}); },
           "\"ftp://h/v1\" must start with http:// or https://");
-  // nor the user:password@ of a gateway's URL
+  // nor the user:password@ of a gateway's URL, with no scheme too
+  refused([&] {
+    laneq::OpenAIProvider(transport, {.api_key = "k", .base_url = "u:" + secret_key + "@gw/v1"});
+  }, "\"gw/v1\" must start with http:// or https://");
   refused([&] {
     laneq::OpenAIProvider(transport, {.base_url = "https://u:" + secret_key + "@h/v1 "});
   }, "\"https://h/v1 \" has a space");
@@ -753,6 +757,23 @@ TEST_CASE("OpenAI's own endpoint is recognised whatever the case of its scheme a
   });
   REQUIRE(transport.bodies.size() == 1);
   CHECK(transport.bodies[0]["max_completion_tokens"] == 7);
+}
+
+TEST_CASE("a URL as errors and the CLI show it has no user:password@, query or fragment - a "
+          "malformed one neither",
+          "[providers]") {
+  using laneq::detail::url_for_display;
+  CHECK(url_for_display("https://u:pw@h:8/v1?key=K#f") == "https://h:8/v1");
+  CHECK(url_for_display("HTTP://[::1]:9/v1/") == "HTTP://[::1]:9/v1/");
+  CHECK(url_for_display("http://h/v1\r\n") == "http://h/v1");
+  CHECK(url_for_display("") == "");
+  // malformed, as the URLs an error shows often are: the password must not show either way
+  CHECK(url_for_display("user:sk-1@gw/v1") == "gw/v1");          // no scheme
+  CHECK(url_for_display("https:/user:sk-1@gw/v1") == "gw/v1");   // a slash short
+  CHECK(url_for_display("https://u:ab/sk-1@h/v1") == "https://h/v1");  // '/' in the password
+  CHECK(url_for_display("https://u:a?sk-1@h/v1") == "https://...");    // '?': no telling
+  CHECK(url_for_display("https://h/v1?key=a@sk-1") == "https://...");  // (a query's '@')
+  CHECK(url_for_display("h/v1?next=https://sk-1") == "h/v1");    // no scheme: a query's "://"
 }
 
 TEST_CASE("a base URL's query stays at the end of the URL, after the path", "[providers]") {
