@@ -1128,6 +1128,13 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
           claim.op = nullptr;  // resolved here, by the worker
           finish(op, ec == errc::exceeds_rate_limit ? ec : make_error_code(errc::internal),
                  Metrics::Outcome::failed, Metrics::From::in_flight);
+        } else if (granted >= op->deadline) {
+          // Its deadline passed while the grant was on its way (a busy loop ran the limiter's
+          // timer before the queue's, which would have aborted the call just sent): as one
+          // that expires queued, no call, and its budget back.
+          lim.reconcile(ticket, estimate, RateCost{0, 0, 0});
+          claim.op = nullptr;
+          finish(op, errc::timeout, Metrics::Outcome::expired, Metrics::From::in_flight);
         } else {
           begin_attempt(w, op, granted);
           try {

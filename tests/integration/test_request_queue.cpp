@@ -762,6 +762,37 @@ TEST_CASE("a request whose deadline passed before the queue's timer could run (a
   CHECK(m.depth == 0);
 }
 
+TEST_CASE("a request whose deadline passed while its rate-limiter grant was on its way (a busy "
+          "loop) makes no call - it expires, and its budget unit comes back",
+          "[queue][deadline][rate]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 1ms});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .rate_limits = {.requests = 1, .period = 200ms}});
+  queue.start();
+  std::error_code a, b;
+  laneq::Response rb;
+  submit_with(queue, chat("A"), {}, [&](std::error_code ec, auto) { a = ec; });  // the unit
+  submit_with(queue, chat("B"), {.timeout = 250ms}, [&](std::error_code ec, laneq::Response r) {
+    b = ec;
+    rb = std::move(r);
+  });  // at the limiter until ~200 ms
+  run_until(io, [&] { return provider.seen().size() == 1; });
+  // The loop is busy from ~150 ms to ~350 ms: then the limiter's timer (200 ms) runs before
+  // the queue's deadline timer (250 ms), and B's grant reaches its worker first.
+  asio::steady_timer busy(io, 150ms);
+  busy.async_wait([](std::error_code) { std::this_thread::sleep_for(200ms); });
+  run_until(io, [&] { return bool(b); });
+  CHECK_FALSE(a);
+  CHECK(b == errc::timeout);
+  CHECK(provider.seen() == std::vector<std::string>{"A"});
+  CHECK(rb.attempts == 0);
+  // A's unit is out of the window by now (>= 350 ms), and B's came back
+  CHECK(queue.limiter().snapshot().budgets.at(0).available == 1);
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+}
+
 TEST_CASE("a lane's default timeout applies when the request sets none", "[queue][deadline]") {
   asio::io_context io;
   laneq::SimulatedProvider provider({.latency = 500ms});
