@@ -681,7 +681,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (must_wait(op)) return wait_for_room(op, Counted);
     // A lane that rejects counts the durable requests whose rows are being written as queued
     // (they will be, acknowledged): a submit that would overfill it with them is refused.
-    if (journaling_ > 0 && refused_when_full(op) && must_wait(op, true))
+    if (journaling_reject_ > 0 && refused_when_full(op) && must_wait(op, true))
       return wait_for_room(op, Counted);  // (refuses it)
     enqueue(op, Counted, sched_.full());  // full: for the reserved worker, past capacity
     hand_out();
@@ -690,19 +690,26 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // No room, unless a parked reserved worker takes it at once: it needs none (it leaves the
   // scheduler as it enters), so a critical request never waits for a full queue of batch work.
   // (Not past an earlier waiter of a reserved lane: that one goes first, see take_next.)
-  // `journaling`: durable requests whose rows are being written count as queued, and those of
-  // reserved lanes as taking parked reserved workers (for a lane that rejects: a burst of
-  // durable submits passed the check all at once, then all were acknowledged past the limit).
+  // `journaling` (for a lane that rejects): the durable requests of such lanes whose rows are
+  // being written need room too, once acknowledged (a burst of durable submits passed the
+  // check all at once, then all were acknowledged past the limit). Those of reserved lanes may
+  // take parked reserved workers instead; the others, and this one unless it is of a reserved
+  // lane, need room: this one fits if all of them do.
   bool must_wait(const submit_op_base* op, bool journaling = false) const {
-    if (!journaling) {
+    if (!journaling || sched_.max_pending() == 0) {
       if (!sched_.full() && waiting_.empty()) return false;
       return idle_reserved_.empty() || !sched_.lane(op->lane).reserved ||
              waiting_.any_in(sched_.reserved_lanes());
     }
+    const bool reserved = sched_.lane(op->lane).reserved;
+    const std::size_t workers =
+        waiting_.any_in(sched_.reserved_lanes()) ? 0 : idle_reserved_.size();
+    if (!waiting_.empty() && !(reserved && workers > 0)) return true;  // waiters go first
     const auto cap = sched_.max_pending();
-    if ((cap == 0 || sched_.size() + journaling_ < cap) && waiting_.empty()) return false;
-    return idle_reserved_.size() <= journaling_reserved_ || !sched_.lane(op->lane).reserved ||
-           waiting_.any_in(sched_.reserved_lanes());
+    const std::size_t room = sched_.size() >= cap ? 0 : cap - sched_.size();
+    const std::size_t need_room = journaling_reject_ - journaling_reserved_ + (reserved ? 0 : 1);
+    const std::size_t either = journaling_reserved_ + (reserved ? 1 : 0);
+    return need_room > room || need_room + either > room + std::min(workers, either);
   }
 
   // Its lane fails it with queue_full when full, rather than waiting - unless it is a durable
@@ -733,7 +740,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (op->request.id.empty()) op->request.id = make_request_id();
     op->st = state::journaling;
     ++journaling_;
-    if (sched_.lane(op->lane).reserved) ++journaling_reserved_;
+    if (lane_when_full_[op->lane] == WhenFull::reject) {
+      ++journaling_reject_;
+      if (sched_.lane(op->lane).reserved) ++journaling_reserved_;
+    }
     if (cfg_.max_pending_per_client != 0) ++journaling_by_client_[op->options.client.str()];
     // Counted as waiting until its row is committed: the books balance meanwhile too
     // (submitted = outcomes + waiting + depth + in flight).
@@ -756,7 +766,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   void journaled(op_ptr op, std::error_code ec, std::int64_t row) {
     --journaling_;
-    if (sched_.lane(op->lane).reserved) --journaling_reserved_;
+    if (lane_when_full_[op->lane] == WhenFull::reject) {
+      --journaling_reject_;
+      if (sched_.lane(op->lane).reserved) --journaling_reserved_;
+    }
     if (cfg_.max_pending_per_client != 0) {
       const auto it = journaling_by_client_.find(std::string_view(op->options.client));
       if (--it->second == 0) journaling_by_client_.erase(it);
@@ -1623,7 +1636,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   std::shared_ptr<Journal> journal_;
   std::shared_ptr<journal_link> link_;
   std::size_t journaling_ = 0;            // durable requests whose row is being committed
-  std::size_t journaling_reserved_ = 0;   // ... of reserved lanes
+  std::size_t journaling_reject_ = 0;     // ... of lanes that reject when full
+  std::size_t journaling_reserved_ = 0;   // ... of those, of reserved lanes
   // ... per client, kept only with a per-client limit
   std::map<std::string, std::size_t, std::less<>> journaling_by_client_;
   std::size_t journaling_of(std::string_view client) const {

@@ -555,6 +555,65 @@ TEST_CASE("on a full lane that rejects, a burst of critical durable requests get
   CHECK_FALSE(ended["y"]);
 }
 
+TEST_CASE("on a rejecting lane with room for it, a critical submit starts on a parked reserved "
+          "worker though a critical durable request's row is being written - both fit",
+          "[durable][backpressure][reserved]") {
+  TempDir dir("laneq-durable");
+  asio::io_context io;
+  ManualProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .reserved_workers = 1, .max_pending = 2,
+                             .lanes = rejecting_lanes(), .journal = {.path = dir.file("q.db")}});
+  queue.start();
+  std::map<std::string, std::error_code> acks, ended;
+  auto plain = [&](const std::string& id, Priority p) {
+    submit_with(queue, request(id), {.priority = p},
+                [&ended, id](std::error_code ec, laneq::Response) { ended[id] = ec; });
+  };
+  plain("x", Priority::low);  // in flight on the general worker
+  laneq::test::run_until(io, [&] { return provider.calls() == 1; });
+  plain("y", Priority::low);  // queued: room for one more; the reserved worker is parked
+  io.poll();
+  queue.async_enqueue(request("c"), {.priority = Priority::critical},
+                      [&acks](std::error_code ec, std::string) { acks["c"] = ec; });
+  plain("p", Priority::critical);  // the parked reserved worker's; c's row then fits the room
+  laneq::test::run_until(io, [&] { return acks.size() == 1 && provider.calls() == 2; });
+  CHECK_FALSE(acks["c"]);
+  CHECK(ended.count("p") == 0);  // not refused: in its call
+  CHECK(provider.ids() == ids{"x", "p"});
+  laneq::test::run_until(io, [&] {
+    provider.answer_all();
+    return provider.calls() == 4;
+  });
+  provider.answer_all();
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+  CHECK_FALSE(ended["p"]);
+}
+
+TEST_CASE("a durable request being written for a lane that waits does not fill a rejecting lane "
+          "- it waits for room once acknowledged, as that lane's requests do",
+          "[durable][backpressure]") {
+  TempDir dir("laneq-durable");
+  auto lanes = rejecting_lanes();
+  lanes[2].when_full = laneq::WhenFull::wait;  // normal
+  DurableRun r({.workers = 1, .max_pending = 1, .lanes = lanes,
+                .journal = {.path = dir.file("q.db")}});
+  auto& [reports, io, provider, queue] = r;  // not started: nothing leaves the queue
+  std::error_code acked{errc::internal}, high{errc::internal};
+  queue.async_enqueue(request("w"), {.priority = Priority::normal},
+                      [&](std::error_code ec, std::string) { acked = ec; });
+  submit_with(queue, request("h"), {.priority = Priority::high},
+              [&](std::error_code ec, laneq::Response) { high = ec; });
+  laneq::test::run_until(io, [&] { return acked != errc::internal; });
+  CHECK_FALSE(acked);
+  CHECK(queue.metrics().total.depth == 1);    // h
+  CHECK(queue.metrics().total.waiting == 1);  // w, acknowledged: it waits for room
+  r.drain();
+  CHECK_FALSE(high);
+  CHECK(provider.seen() == ids{"h", "w"});
+}
+
 TEST_CASE("an id already in the journal - pending or finished - is refused with duplicate_id - "
           "one acknowledgement, one report and one call each",
           "[durable][errors]") {

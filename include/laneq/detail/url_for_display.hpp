@@ -3,19 +3,15 @@
 // before the host and the query ("?key=..."), nor a fragment; cut at the first control
 // character (a line end read with a variable). Shared by the providers' config errors and the
 // CLI's start line. The URLs it shows are often malformed (that is why an error shows them):
-// a password with an unencoded '/', '?' or '#', no "://" at all. So everything up to the last
-// '@' goes, and a URL whose '@' comes after a '?' or '#' (a password's or a query's: no telling)
-// shows its scheme alone.
+// no "://", a password with an unencoded '/', '?', '#' or control character. An '@' that
+// comes after a '/', '?' or '#' may be a password's or the path's or query's (no telling):
+// such a URL shows its scheme alone.
 #include <string>
 #include <string_view>
 
 namespace laneq::detail {
 
 inline std::string url_for_display(std::string_view url) {
-  std::size_t end = 0;
-  while (end < url.size() && static_cast<unsigned char>(url[end]) >= 0x20 && url[end] != 0x7f)
-    ++end;
-  url = url.substr(0, end);
   // (a "://" only where a scheme ends: not one in a query)
   auto scheme = url.find("://");
   if (scheme != std::string_view::npos && url.find_first_of("/?#@") != scheme + 1)
@@ -23,10 +19,14 @@ inline std::string url_for_display(std::string_view url) {
   const std::size_t host = scheme == std::string_view::npos ? 0 : scheme + 3;
   std::string_view rest = url.substr(host);
   if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
-    if (rest.find_first_of("?#") < at) return std::string(url.substr(0, host)) + "...";
+    if (rest.find_first_of("/?#") < at) return std::string(url.substr(0, host)) + "...";
     rest.remove_prefix(at + 1);
   }
-  return std::string(url.substr(0, host)) + std::string(rest.substr(0, rest.find_first_of("?#")));
+  std::size_t end = 0;
+  while (end < rest.size() && static_cast<unsigned char>(rest[end]) >= 0x20 &&
+         rest[end] != 0x7f && rest[end] != '?' && rest[end] != '#')
+    ++end;
+  return std::string(url.substr(0, host)) + std::string(rest.substr(0, end));
 }
 
 }  // namespace laneq::detail
