@@ -709,6 +709,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     const std::size_t room = sched_.size() >= cap ? 0 : cap - sched_.size();
     const std::size_t need_room = journaling_reject_ - journaling_reserved_ + (reserved ? 0 : 1);
     const std::size_t either = journaling_reserved_ + (reserved ? 1 : 0);
+    // (one of a reserved lane needs no room: the rows that do wait once acknowledged, if they
+    // find none, whether it takes a worker or not)
+    if (reserved) return either > workers + (room > need_room ? room - need_room : 0);
     return need_room > room || need_room + either > room + std::min(workers, either);
   }
 

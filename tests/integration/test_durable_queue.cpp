@@ -591,6 +591,47 @@ TEST_CASE("on a rejecting lane with room for it, a critical submit starts on a p
   CHECK_FALSE(ended["p"]);
 }
 
+TEST_CASE("on a full queue, a critical submit starts on a parked reserved worker though a "
+          "rejecting lane's durable row is being written - that row needs room, not the worker",
+          "[durable][backpressure][reserved]") {
+  TempDir dir("laneq-durable");
+  auto lanes = rejecting_lanes();
+  lanes[2].when_full = laneq::WhenFull::wait;  // normal
+  asio::io_context io;
+  ManualProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .reserved_workers = 1, .max_pending = 1,
+                             .lanes = lanes, .journal = {.path = dir.file("q.db")}});
+  queue.start();
+  std::map<std::string, std::error_code> ended;
+  std::error_code acked{errc::internal};
+  auto plain = [&](const std::string& id, Priority p) {
+    submit_with(queue, request(id), {.priority = p},
+                [&ended, id](std::error_code ec, laneq::Response) { ended[id] = ec; });
+  };
+  plain("x", Priority::low);  // in flight on the general worker
+  laneq::test::run_until(io, [&] { return provider.calls() == 1; });
+  // One turn: b's row is being written (room for it then), n takes the room (a lane that
+  // waits: no check for rows), and p finds the queue full but the reserved worker parked.
+  queue.async_enqueue(request("b"), {.priority = Priority::high},
+                      [&](std::error_code ec, std::string) { acked = ec; });
+  plain("n", Priority::normal);
+  plain("p", Priority::critical);
+  laneq::test::run_until(io, [&] { return acked != errc::internal && provider.calls() == 2; });
+  CHECK_FALSE(acked);             // b: acknowledged, it waits for room
+  CHECK(ended.count("p") == 0);   // not refused: in its call
+  CHECK(provider.ids() == ids{"x", "p"});
+  laneq::test::run_until(io, [&] {
+    provider.answer_all();
+    return provider.calls() == 4;
+  });
+  provider.answer_all();
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+  CHECK_FALSE(ended["p"]);
+  CHECK_FALSE(ended["n"]);
+}
+
 TEST_CASE("a durable request being written for a lane that waits does not fill a rejecting lane "
           "- it waits for room once acknowledged, as that lane's requests do",
           "[durable][backpressure]") {

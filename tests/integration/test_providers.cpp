@@ -773,7 +773,9 @@ TEST_CASE("a URL as errors and the CLI show it has no user:password@, query or f
   CHECK(url_for_display("https://u:ab/sk-1@h/v1") == "https://...");   // '/' in the password
   CHECK(url_for_display("https://u:a?sk-1@h/v1") == "https://...");    // '?': no telling
   CHECK(url_for_display("https://h/v1?key=a@sk-1") == "https://...");  // (a query's '@')
-  CHECK(url_for_display("https://u:a\tsk-1@h/v1") == "https://h/v1");  // a tab in it
+  CHECK(url_for_display("https://u:a\tsk-1@h/v1") == "https://...");  // a tab in it
+  CHECK(url_for_display("https://u:p@h\r\nX@y") == "https://...");    // (a line end's '@')
+  CHECK(url_for_display("\nhttps://h") == "");
   CHECK(url_for_display("https://h/m/claude@2024:x") == "https://...");  // the path's: no telling
   CHECK(url_for_display("h/v1?next=https://sk-1") == "h/v1");    // no scheme: a query's "://"
 }
