@@ -500,33 +500,57 @@ TEST_CASE("a burst of durable requests is held to max_pending on a lane that rej
   CHECK(provider.seen() == ids{"a1", "b1", "a2"});  // (clients take turns)
 }
 
+// A started queue with one general and one reserved worker and ManualProvider's calls:
+// plain() submits, durable() enqueues, and `ended` / `acks` record how each ended.
+struct ReservedRun {
+  ReservedRun(std::size_t max_pending, std::vector<laneq::LaneConfig> lanes)
+      : queue(io.get_executor(), provider,
+              {.workers = 2, .reserved_workers = 1, .max_pending = max_pending,
+               .lanes = std::move(lanes), .journal = {.path = dir.file("q.db")}}) {
+    queue.start();
+  }
+  void plain(const std::string& id, Priority p) {
+    submit_with(queue, request(id), {.priority = p},
+                [this, id](std::error_code ec, laneq::Response) { ended[id] = ec; });
+  }
+  void durable(const std::string& id, Priority p) {
+    queue.async_enqueue(request(id), {.priority = p},
+                        [this, id](std::error_code ec, std::string) { acks[id] = ec; });
+  }
+  // x in flight on the general worker, y queued; the reserved worker parked.
+  void general_busy_and_y_queued() {
+    plain("x", Priority::low);
+    laneq::test::run_until(io, [&] { return provider.calls() == 1; });
+    plain("y", Priority::low);
+    io.poll();
+  }
+  // Answers every call until `calls` were made, and those; then a shutdown with drain.
+  void finish(std::size_t calls) {
+    laneq::test::run_until(io, [&] {
+      provider.answer_all();
+      return provider.calls() == calls;
+    });
+    provider.answer_all();
+    queue.async_shutdown({}, [](std::error_code) {});
+    io.run();
+  }
+
+  TempDir dir{"laneq-durable"};
+  asio::io_context io;
+  ManualProvider provider;
+  laneq::RequestQueue queue;
+  std::map<std::string, std::error_code> acks, ended;
+};
+
 TEST_CASE("on a full lane that rejects, a burst of critical durable requests gets one parked "
           "reserved worker, not one each, and a plain submit counts rows being written",
           "[durable][errors][backpressure][reserved]") {
-  TempDir dir("laneq-durable");
-  const auto lanes = rejecting_lanes();
-  asio::io_context io;
-  ManualProvider provider;
-  laneq::RequestQueue queue(io.get_executor(), provider,
-                            {.workers = 2, .reserved_workers = 1, .max_pending = 1,
-                             .lanes = lanes, .journal = {.path = dir.file("q.db")}});
-  queue.start();
-  std::map<std::string, std::error_code> acks, ended;
-  auto plain = [&](const std::string& id, Priority p) {
-    submit_with(queue, request(id), {.priority = p},
-                [&ended, id](std::error_code ec, laneq::Response) { ended[id] = ec; });
-  };
-  auto durable = [&](const std::string& id, Priority p) {
-    queue.async_enqueue(request(id), {.priority = p},
-                        [&acks, id](std::error_code ec, std::string) { acks[id] = ec; });
-  };
-  plain("x", Priority::low);  // in flight on the general worker
-  laneq::test::run_until(io, [&] { return provider.calls() == 1; });
-  plain("y", Priority::low);  // queued: the queue is full; the reserved worker is parked
-  io.poll();
+  ReservedRun r(1, rejecting_lanes());
+  auto& [dir, io, provider, queue, acks, ended] = r;
+  r.general_busy_and_y_queued();  // the queue is full
   // One turn: the first takes the parked reserved worker once its row is written; the others
   // found it parked too, and were acknowledged to wait past max_pending.
-  for (const char* id : {"c1", "c2", "c3"}) durable(id, Priority::critical);
+  for (const char* id : {"c1", "c2", "c3"}) r.durable(id, Priority::critical);
   laneq::test::run_until(io, [&] { return acks.size() == 3; });
   CHECK_FALSE(acks["c1"]);
   CHECK(acks["c2"] == errc::queue_full);
@@ -537,20 +561,14 @@ TEST_CASE("on a full lane that rejects, a burst of critical durable requests get
   laneq::test::run_until(io, [&] { return provider.calls() == 3; });
   // Room for one: a durable request takes it while its row is written, and a plain submit on
   // a lane that rejects counts that (it was queued, and d acknowledged past max_pending).
-  durable("d", Priority::low);
-  plain("n", Priority::low);
+  r.durable("d", Priority::low);
+  r.plain("n", Priority::low);
   laneq::test::run_until(io, [&] { return acks.size() == 4 && ended.count("n"); });
   CHECK_FALSE(acks["d"]);
   CHECK(ended["n"] == errc::queue_full);
   CHECK(queue.metrics().total.waiting == 0);
-  laneq::test::run_until(io, [&] {
-    provider.answer_all();
-    return provider.calls() == 4;
-  });
-  provider.answer_all();
+  r.finish(4);
   CHECK(provider.ids() == ids{"x", "c1", "y", "d"});
-  queue.async_shutdown({}, [](std::error_code) {});
-  io.run();
   CHECK_FALSE(ended["x"]);
   CHECK_FALSE(ended["y"]);
 }
@@ -558,76 +576,38 @@ TEST_CASE("on a full lane that rejects, a burst of critical durable requests get
 TEST_CASE("on a rejecting lane with room for it, a critical submit starts on a parked reserved "
           "worker though a critical durable request's row is being written - both fit",
           "[durable][backpressure][reserved]") {
-  TempDir dir("laneq-durable");
-  asio::io_context io;
-  ManualProvider provider;
-  laneq::RequestQueue queue(io.get_executor(), provider,
-                            {.workers = 2, .reserved_workers = 1, .max_pending = 2,
-                             .lanes = rejecting_lanes(), .journal = {.path = dir.file("q.db")}});
-  queue.start();
-  std::map<std::string, std::error_code> acks, ended;
-  auto plain = [&](const std::string& id, Priority p) {
-    submit_with(queue, request(id), {.priority = p},
-                [&ended, id](std::error_code ec, laneq::Response) { ended[id] = ec; });
-  };
-  plain("x", Priority::low);  // in flight on the general worker
-  laneq::test::run_until(io, [&] { return provider.calls() == 1; });
-  plain("y", Priority::low);  // queued: room for one more; the reserved worker is parked
-  io.poll();
-  queue.async_enqueue(request("c"), {.priority = Priority::critical},
-                      [&acks](std::error_code ec, std::string) { acks["c"] = ec; });
-  plain("p", Priority::critical);  // the parked reserved worker's; c's row then fits the room
+  ReservedRun r(2, rejecting_lanes());
+  auto& [dir, io, provider, queue, acks, ended] = r;
+  r.general_busy_and_y_queued();  // room for one more
+  r.durable("c", Priority::critical);
+  r.plain("p", Priority::critical);  // the parked reserved worker's; c's row then fits the room
   laneq::test::run_until(io, [&] { return acks.size() == 1 && provider.calls() == 2; });
   CHECK_FALSE(acks["c"]);
   CHECK(ended.count("p") == 0);  // not refused: in its call
   CHECK(provider.ids() == ids{"x", "p"});
-  laneq::test::run_until(io, [&] {
-    provider.answer_all();
-    return provider.calls() == 4;
-  });
-  provider.answer_all();
-  queue.async_shutdown({}, [](std::error_code) {});
-  io.run();
+  r.finish(4);
   CHECK_FALSE(ended["p"]);
 }
 
 TEST_CASE("on a full queue, a critical submit starts on a parked reserved worker though a "
           "rejecting lane's durable row is being written - that row needs room, not the worker",
           "[durable][backpressure][reserved]") {
-  TempDir dir("laneq-durable");
   auto lanes = rejecting_lanes();
   lanes[2].when_full = laneq::WhenFull::wait;  // normal
-  asio::io_context io;
-  ManualProvider provider;
-  laneq::RequestQueue queue(io.get_executor(), provider,
-                            {.workers = 2, .reserved_workers = 1, .max_pending = 1,
-                             .lanes = lanes, .journal = {.path = dir.file("q.db")}});
-  queue.start();
-  std::map<std::string, std::error_code> ended;
-  std::error_code acked{errc::internal};
-  auto plain = [&](const std::string& id, Priority p) {
-    submit_with(queue, request(id), {.priority = p},
-                [&ended, id](std::error_code ec, laneq::Response) { ended[id] = ec; });
-  };
-  plain("x", Priority::low);  // in flight on the general worker
+  ReservedRun r(1, lanes);
+  auto& [dir, io, provider, queue, acks, ended] = r;
+  r.plain("x", Priority::low);  // in flight on the general worker
   laneq::test::run_until(io, [&] { return provider.calls() == 1; });
   // One turn: b's row is being written (room for it then), n takes the room (a lane that
   // waits: no check for rows), and p finds the queue full but the reserved worker parked.
-  queue.async_enqueue(request("b"), {.priority = Priority::high},
-                      [&](std::error_code ec, std::string) { acked = ec; });
-  plain("n", Priority::normal);
-  plain("p", Priority::critical);
-  laneq::test::run_until(io, [&] { return acked != errc::internal && provider.calls() == 2; });
-  CHECK_FALSE(acked);             // b: acknowledged, it waits for room
+  r.durable("b", Priority::high);
+  r.plain("n", Priority::normal);
+  r.plain("p", Priority::critical);
+  laneq::test::run_until(io, [&] { return acks.size() == 1 && provider.calls() == 2; });
+  CHECK_FALSE(acks["b"]);         // acknowledged: it waits for room
   CHECK(ended.count("p") == 0);   // not refused: in its call
   CHECK(provider.ids() == ids{"x", "p"});
-  laneq::test::run_until(io, [&] {
-    provider.answer_all();
-    return provider.calls() == 4;
-  });
-  provider.answer_all();
-  queue.async_shutdown({}, [](std::error_code) {});
-  io.run();
+  r.finish(4);
   CHECK_FALSE(ended["p"]);
   CHECK_FALSE(ended["n"]);
 }
