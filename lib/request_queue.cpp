@@ -678,11 +678,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // A template argument: the submit path's `false` folds away.
   template <bool Counted = false>
   void place(op_ptr op) {
-    if (must_wait(op)) return wait_for_room(op, Counted);
     // A lane that rejects counts the durable requests whose rows are being written as queued
     // (they will be, acknowledged): a submit that would overfill it with them is refused.
-    if (journaling_reject_ > 0 && refused_when_full(op) && must_wait(op, true))
-      return wait_for_room(op, Counted);  // (refuses it)
+    if (must_wait(op, journaling_reject_ > 0 && refused_when_full(op)))
+      return wait_for_room(op, Counted);  // (refuses it, on such a lane)
     enqueue(op, Counted, sched_.full());  // full: for the reserved worker, past capacity
     hand_out();
   }
@@ -695,20 +694,21 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // check all at once, then all were acknowledged past the limit). Those of reserved lanes may
   // take parked reserved workers instead; the others, and this one unless it is of a reserved
   // lane, need room: this one fits if all of them do.
+  // Without rows being written (or not counting them) this is: full or waiters there, and no
+  // parked reserved worker this one may take.
   bool must_wait(const submit_op_base* op, bool journaling = false) const {
-    if (!journaling || sched_.max_pending() == 0) {
-      if (!sched_.full() && waiting_.empty()) return false;
-      return idle_reserved_.empty() || !sched_.lane(op->lane).reserved ||
-             waiting_.any_in(sched_.reserved_lanes());
-    }
+    const std::size_t rows = journaling ? journaling_reject_ : 0;
+    const std::size_t rows_reserved = journaling ? journaling_reserved_ : 0;
+    const auto cap = sched_.max_pending();
+    if ((cap == 0 || sched_.size() + rows < cap) && waiting_.empty()) return false;  // room
     const bool reserved = sched_.lane(op->lane).reserved;
     const std::size_t workers =
         waiting_.any_in(sched_.reserved_lanes()) ? 0 : idle_reserved_.size();
     if (!waiting_.empty() && !(reserved && workers > 0)) return true;  // waiters go first
-    const auto cap = sched_.max_pending();
+    if (cap == 0) return false;  // (no limit: nobody waits for room)
     const std::size_t room = sched_.size() >= cap ? 0 : cap - sched_.size();
-    const std::size_t need_room = journaling_reject_ - journaling_reserved_ + (reserved ? 0 : 1);
-    const std::size_t either = journaling_reserved_ + (reserved ? 1 : 0);
+    const std::size_t need_room = rows - rows_reserved + (reserved ? 0 : 1);
+    const std::size_t either = rows_reserved + (reserved ? 1 : 0);
     // (one of a reserved lane needs no room: the rows that do wait once acknowledged, if they
     // find none, whether it takes a worker or not)
     if (reserved) return either > workers + (room > need_room ? room - need_room : 0);
@@ -742,12 +742,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     if (!op->durable) op->durable = std::make_unique<durable_state>();
     if (op->request.id.empty()) op->request.id = make_request_id();
     op->st = state::journaling;
-    ++journaling_;
-    if (lane_when_full_[op->lane] == WhenFull::reject) {
-      ++journaling_reject_;
-      if (sched_.lane(op->lane).reserved) ++journaling_reserved_;
-    }
-    if (cfg_.max_pending_per_client != 0) ++journaling_by_client_[op->options.client.str()];
+    count_journaling(op, true);
     // Counted as waiting until its row is committed: the books balance meanwhile too
     // (submitted = outcomes + waiting + depth + in flight).
     metrics_.waiting(op->lane, op->client_ref);
@@ -767,16 +762,26 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     });
   }
 
-  void journaled(op_ptr op, std::error_code ec, std::int64_t row) {
-    --journaling_;
+  // The counts of rows being written (journaling_ and the ones must_wait and the per-client
+  // limit read): one place for both ends, so they cannot drift apart.
+  void count_journaling(const submit_op_base* op, bool started) {
+    const auto step = [started](std::size_t& n) { started ? ++n : --n; };
+    step(journaling_);
     if (lane_when_full_[op->lane] == WhenFull::reject) {
-      --journaling_reject_;
-      if (sched_.lane(op->lane).reserved) --journaling_reserved_;
+      step(journaling_reject_);
+      if (sched_.lane(op->lane).reserved) step(journaling_reserved_);
     }
-    if (cfg_.max_pending_per_client != 0) {
+    if (cfg_.max_pending_per_client == 0) return;
+    if (started) {
+      ++journaling_by_client_[op->options.client.str()];
+    } else {
       const auto it = journaling_by_client_.find(std::string_view(op->options.client));
       if (--it->second == 0) journaling_by_client_.erase(it);
     }
+  }
+
+  void journaled(op_ptr op, std::error_code ec, std::int64_t row) {
+    count_journaling(op, false);
     if (ec) {  // not acknowledged (duplicate_id, or the journal failed): nothing runs
       metrics_.finished(op->lane, op->client_ref, Metrics::Outcome::rejected,
                         Metrics::From::waiting, Metrics::no_call);
