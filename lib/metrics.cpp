@@ -201,7 +201,7 @@ struct Metrics::Series {
   counter<std::int64_t> depth, in_flight, waiting;
   counter<std::uint64_t> submitted, started, succeeded, failed, rejected, expired, cancelled,
       retried, rate_limited;
-  // Lanes: at construction; clients: at their first latency (2.2 KB each). Published with
+  // Lanes: at construction; clients: at their first latency (6.9 KB each). Published with
   // release for snapshots; only the recorder creates it.
   std::atomic<Latency*> lat{nullptr};
 
@@ -508,7 +508,8 @@ constexpr CounterFamily counter_families[] = {
     {"requests_succeeded_total", "Requests that succeeded.", &SeriesSnapshot::succeeded},
     {"requests_failed_total", "Requests that failed.", &SeriesSnapshot::failed},
     {"requests_rejected_total",
-     "Requests refused admission (queue full, client full, shutdown, journal refused the row).",
+     "Requests refused admission (queue or client full, shutting down, a bad request, no "
+     "journal or a journal that refused the row, more than a rate limit could ever grant).",
      &SeriesSnapshot::rejected},
     {"requests_expired_total", "Requests whose deadline passed.", &SeriesSnapshot::expired},
     {"requests_cancelled_total", "Requests cancelled.", &SeriesSnapshot::cancelled},

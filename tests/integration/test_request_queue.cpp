@@ -926,6 +926,24 @@ class StubbornProvider final : public laneq::Provider {
 
 }  // namespace
 
+TEST_CASE("a 503 counts as rate limited whatever error its body names", "[queue][metrics]") {
+  // (a 429 and a 529 did; a 503 with a billing error body read as quota_exceeded did not)
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  provider.script({.error = errc::quota_exceeded, .status = 503});
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 1, .retry = {.max_attempts = 1}});
+  queue.start();
+  std::error_code got;
+  run(io, [&]() -> asio::awaitable<void> {
+    auto [e, r] = co_await queue.async_submit(chat("A"), {}, tuple_awaitable);
+    got = e;
+    co_await queue.shutdown({.drain = true});
+  });
+  CHECK(got == errc::quota_exceeded);
+  CHECK(queue.metrics().total.rate_limited == 1);
+}
+
 TEST_CASE("a 429 that comes back after its request timed out is still counted as rate limited",
           "[queue][metrics][retry]") {
   asio::io_context io;
