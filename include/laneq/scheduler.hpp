@@ -20,18 +20,24 @@
 //
 // Complexity (n = queued requests, c = clients, L = lanes, L <= 64):
 //   push            O(1) amortized (+ O(log n) when the item has an explicit deadline, or when
-//                   it does not come last by seq, see below);
+//                   it does not come last by seq, see below; + O(log c) when a new client's
+//                   first turn is not this round's or the next one's end, see pop);
 //                   a requeue (PushArgs::seq) behind newer items is not walked to its place:
 //                   it waits in a min-heap on seq beside its client's list in the lane (and
 //                   beside its lane's list, when a lane ages), its lane-default deadline in
 //                   the deadline heap, O(log n) each; a list's head is the older of its first
 //                   item and its heap's top, O(1)
 //   pop             O(L) when every client can pay for its head at its next turn (costs <=
-//                   quantum*weight); otherwise O(L + log c): a client that needs several turns
-//                   to pay waits in a heap keyed by the round in which it can, so rounds in
-//                   which it could not are never walked through
+//                   quantum*weight) and waits at the end of that round's list; otherwise
+//                   O(L + log c): a client that needs several turns to pay waits in a heap
+//                   keyed by the round in which it can, so rounds in which it could not are
+//                   never walked through, and so does one whose place in its round is not
+//                   last (a round's list only takes clients in the order they became active;
+//                   one that emptied and came back, or whose head changed while it waited,
+//                   may sit ahead of others in it)
 //   remove(id)      O(1) (+ O(log n) for heap-held deadlines and requeued items, + O(log c)
-//                   when it changes the head of a client that waits in the heap)
+//                   when it changes the head of a waiting client, or empties one that waits
+//                   in the heap)
 //   pop_expired     O(L + log n) per expired item; next_deadline O(L)
 //   next_payload_hint  O(1) (what pop returns next, aging aside)
 //   pop and remove are amortized: every 4096 idle clients (no request queued), one O(c) sweep

@@ -818,6 +818,19 @@ TEST_CASE("a reserved pop only takes reserved lanes", "[scheduler]") {
   CHECK(item->payload == crit);
 }
 
+TEST_CASE("aging never makes a request eligible for a reserved worker", "[scheduler]") {
+  // README: reserved workers keep critical traffic moving while an aged backlog drains
+  auto cfg = five_lanes();
+  cfg.lanes[4].age_step = 1s;  // background
+  Fixture f(cfg);
+  const auto bg = f.push(10, "batch", t0);
+  CHECK_FALSE(f.s.has_reserved_work());
+  CHECK_FALSE(f.s.pop_reserved(t0 + 1h));  // aged far past the critical lane
+  const auto crit = f.push(0, "chat", t0 + 1h);
+  CHECK(f.s.pop_reserved(t0 + 1h)->payload == crit);
+  CHECK(f.pop(t0 + 1h) == bg);
+}
+
 TEST_CASE("capacity and per-client limits reject with distinct statuses", "[scheduler]") {
   Scheduler s({.lanes = {{.priority = 5}}, .max_pending = 3, .max_pending_per_client = 2});
   auto push = [&](std::string c) {
