@@ -397,6 +397,10 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   void abandon() {
     stopping_ = true;
     drain_ = false;
+    // A worker whose aborted call comes back later ends instead of parking: parked, its frame
+    // (which holds this impl) would wait for a wake-up nobody sends, and leak with the impl if
+    // the context is destroyed before the other calls come back.
+    stop_workers_ = true;
     admit_intake();  // rejected: stopping_
     intake_.close();
     fail_unstarted();
@@ -1600,6 +1604,12 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     timer_expiry_ = never;
     if (journal_) {  // outcomes still being committed are delivered before shutdown completes
       flushing_ = true;
+      // The workers' coroutines, which kept the io_context running, have ended: without this
+      // count, run() could return before the journal's answer arrives, and a shutdown (or a
+      // durable outcome) whose handler waits elsewhere - a future, another context - would
+      // wait for ever.
+      flush_work_ = asio::prefer(strand_.get_inner_executor(),
+                                 asio::execution::outstanding_work.tracked);
       journal_->flush([link = link_](std::error_code) {
         link->push({journal_event::kind::flushed});
       });
@@ -1610,6 +1620,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
 
   void notify_shutdown() {
     stopped_ = true;
+    flush_work_ = asio::any_io_executor();
     for (auto& done : shutdown_waiters_) done(std::error_code{});
     shutdown_waiters_.clear();
   }
@@ -1653,6 +1664,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     return it == journaling_by_client_.end() ? 0 : it->second;
   }
   bool flushing_ = false;                 // shutdown waits for the journal's last commits
+  asio::any_io_executor flush_work_;      // while flushing_: keeps the io_context running
   bool handing_out_ = false;
   bool started_ = false;
   bool stopping_ = false;

@@ -28,6 +28,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 
 #include "laneq/laneq.hpp"
 #include "support/child_guard.hpp"
@@ -286,6 +287,25 @@ TEST_CASE("a durable submit is committed with its outcome before the caller resu
     co_await queue.shutdown();
   });
   CHECK(provider.calls() == 2);
+}
+
+TEST_CASE("a shutdown whose handler waits off the queue's io_context completes after the "
+          "journal's flush",
+          "[durable][shutdown]") {
+  // Once the workers had ended, nothing kept run() going while the journal flushed: it
+  // returned, and the flush's answer, posted later, was never run.
+  TempDir dir("laneq-durable");
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider,
+                            {.workers = 2, .journal = {.path = dir.file("q.db")}});
+  queue.start();
+  std::future<void> done = queue.async_shutdown({}, asio::use_future);
+  std::thread loop([&] { io.run(); });
+  const bool completed = done.wait_for(20s) == std::future_status::ready;
+  if (!completed) io.stop();
+  loop.join();
+  CHECK(completed);
 }
 
 TEST_CASE("the books balance while durable requests wait for their rows - they count as waiting",

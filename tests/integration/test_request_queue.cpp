@@ -1770,6 +1770,84 @@ TEST_CASE("a coroutine's io_context may run out and be destroyed while a worker 
   io.run();
 }
 
+TEST_CASE("a handler whose io_context is destroyed before it runs ends with that context, "
+          "while a worker still holds the request",
+          "[queue][executor][lifetime]") {
+  // It ended when the worker let go, after `other` was gone: its executor's work count was
+  // given back into freed memory (ASan: heap-use-after-free).
+  asio::io_context io;        // the queue's
+  StubbornProvider provider;  // reads the request 1 s into the call, whatever happened
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  const auto token = std::make_shared<int>(0);  // held by the handler
+  {
+    asio::io_context other;  // the handler's
+    queue.async_submit(chat("late"), {.timeout = 300ms},
+                       asio::bind_executor(other, [token](std::error_code, laneq::Response) {
+                         FAIL("the handler ran on a context that never ran");
+                       }));
+    run_until(io, [&] { return queue.metrics().total.expired == 1; });  // in its call
+    CHECK(provider.read.empty());  // the worker still holds the request
+    CHECK(token.use_count() == 2);
+  }  // `other` destroyed with the completion posted, unrun
+  CHECK(token.use_count() == 1);  // the handler went with it
+  run_until(io, [&] { return !provider.read.empty(); });
+  queue.async_shutdown({}, [](std::error_code) {});
+  io.run();
+}
+
+namespace {
+
+// Answers each call after the number of milliseconds its text says, cancelled or not.
+class DelayedProvider final : public laneq::Provider {
+ public:
+  void async_call(const laneq::Request& r, const laneq::CallContext& ctx,
+                  laneq::CallCompletion done) noexcept override {
+    ++started;
+    const auto delay = std::chrono::milliseconds(std::stoi(r.messages.at(0).content));
+    auto timer = std::make_shared<asio::steady_timer>(ctx.executor, delay);
+    timer->async_wait([this, &r, timer, done = std::move(done)](std::error_code) mutable {
+      read.push_back(r.messages.at(0).content);
+      done(errc::network, laneq::Response{});
+    });
+  }
+  const char* name() const noexcept override { return "delayed"; }
+  int started = 0;                // on the queue's strand only
+  std::vector<std::string> read;  // on the queue's strand only
+};
+
+}  // namespace
+
+TEST_CASE("a queue destroyed with calls in flight leaves nothing behind when its io_context goes "
+          "before the last call comes back",
+          "[queue][lifetime]") {
+  // The worker whose aborted call came back first parked, waiting for work that never came:
+  // its frame held the queue's state, and nothing let go of it (LeakSanitizer: a leak).
+  DelayedProvider provider;  // outlives the io_context: its timers' handlers point to it
+  const auto token = std::make_shared<int>(0);  // held by the queue's state (its config)
+  int resolved = 0;
+  {
+    asio::io_context io;
+    {
+      laneq::RequestQueue queue(
+          io.get_executor(), provider,
+          {.workers = 2,
+           .on_durable_result = [token](std::string_view, std::error_code,
+                                        const laneq::Response&) {}});
+      queue.start();
+      for (const char* delay : {"100", "60000"})
+        submit_with(queue, chat(delay), {}, [&](std::error_code, laneq::Response) { ++resolved; });
+      run_until(io, [&] { return provider.started == 2; });
+      CHECK(resolved == 0);
+    }  // destroyed with both calls in flight
+    run_until(io, [&] { return provider.read.size() == 1; });  // the first comes back
+    io.poll();
+    CHECK(resolved == 2);  // shutting_down, both
+    CHECK(token.use_count() == 2);
+  }  // the io_context destroyed with the second call still out
+  CHECK(token.use_count() == 1);
+}
+
 namespace {
 
 // Counts what it hands out, block by block; not default-constructible, like a pool's handle.

@@ -167,17 +167,26 @@ struct submit_op_base {
 
   void add_ref() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
-    if ((refs.fetch_sub(1, std::memory_order_acq_rel) & ~handler_ran) == 1) destroy();
+    if ((refs.fetch_sub(1, std::memory_order_acq_rel) & ~flags) == 1) destroy();
   }
   // The completion path's release, as its handler is about to run (nobody can take a new
   // reference then). True: it was the last. Otherwise the op is marked, so that the last
   // holder (a worker, a posted cancel) knows the handler has run.
   bool release_before_handler() noexcept {
-    return (refs.fetch_add(handler_ran - 1, std::memory_order_acq_rel) & ~handler_ran) == 1;
+    return (refs.fetch_add(handler_ran - 1, std::memory_order_acq_rel) & ~flags) == 1;
+  }
+  // The same for a completion destroyed unrun (its executor's context destroyed), whose
+  // handler ended there: the last holder only gives the memory back.
+  bool release_without_handler() noexcept {
+    return (refs.fetch_add(handler_ran + handler_gone - 1, std::memory_order_acq_rel) & ~flags) ==
+           1;
   }
   // For the last holder: its release synchronized with the mark.
   bool handler_has_run() const noexcept {
     return (refs.load(std::memory_order_relaxed) & handler_ran) != 0;
+  }
+  bool handler_is_gone() const noexcept {
+    return (refs.load(std::memory_order_relaxed) & handler_gone) != 0;
   }
   // A reference held by something Asio may destroy without running (a posted function, a
   // coroutine frame): dropped either way.
@@ -205,7 +214,9 @@ struct submit_op_base {
   std::int32_t prompt_tokens = 0;  // prompt estimate, made once at admission
 
  private:
-  static constexpr int handler_ran = 1 << 30;  // a flag beside the count, in the same atomic
+  static constexpr int handler_ran = 1 << 30;  // flags beside the count, in the same atomic
+  static constexpr int handler_gone = 1 << 29;  // (with handler_ran: it ended without running)
+  static constexpr int flags = handler_ran | handler_gone;
   std::atomic<int> refs{1};
 
  public:
@@ -332,8 +343,23 @@ class submit_op final : public submit_op_base {
       std::allocator_traits<response_alloc>::deallocate(al, r, 1);
     }
   };
+  // A completion destroyed unrun (its executor's io_context destroyed with it) ends the
+  // handler and the work it counts there and then, as Asio's own do: a worker may hold the op
+  // longer (a call that timed out, or was aborted), and would otherwise end them after that
+  // context is gone (the work count in freed memory).
+  struct unrun_releaser {
+    void operator()(submit_op* op) const noexcept { op->drop_unrun(); }
+  };
+  using completion_ref = std::unique_ptr<submit_op, unrun_releaser>;
+  void drop_unrun() noexcept {
+    auto slot = asio::get_associated_cancellation_slot(b_.handler);
+    if (slot.is_connected()) slot.clear();
+    b_.~bound();
+    if (release_without_handler()) deallocate_self();
+  }
+
   struct invoker {
-    ref<submit_op> op;
+    completion_ref op;
     std::error_code ec;
     std::unique_ptr<Response, response_deleter> response;
     using allocator_type = asio::associated_allocator_t<Handler>;
@@ -360,7 +386,7 @@ class submit_op final : public submit_op_base {
   // Out of its box first: the box goes back to where it came from before the handler runs, as
   // Asio's own operations do (a handler may own that memory).
   template <class Box>
-  static void invoke_unboxed(ref<submit_op>& op, std::error_code ec, Box& box) {
+  static void invoke_unboxed(completion_ref& op, std::error_code ec, Box& box) {
     Response r(std::move(*box));
     box.reset();
     op.release()->invoke(ec, std::move(r));
@@ -383,7 +409,7 @@ class submit_op final : public submit_op_base {
   void post_completion(std::error_code ec, Response&& r) override {
     static_assert(std::is_nothrow_move_constructible_v<Response>);
     if constexpr (gives_back_anywhere) {  // std::allocator: only an out-of-memory refuses
-      detail::post(b_.work.get_executor(), invoker{ref<submit_op>(this), ec, boxed_response(r)});
+      detail::post(b_.work.get_executor(), invoker{completion_ref(this), ec, boxed_response(r)});
     } else {
       // A caller's allocator may refuse (a bounded pool): the handler must not be lost to it.
       // Then the Response and the post go on the heap instead.
@@ -407,7 +433,7 @@ class submit_op final : public submit_op_base {
     refused_box = box;
     try {
       detail::post(b_.work.get_executor(),
-                   guarded_invoker(invoker{ref<submit_op>(this), ec, std::move(boxed)}));
+                   guarded_invoker(invoker{completion_ref(this), ec, std::move(boxed)}));
     } catch (...) {
       if (refused_box != nullptr) {  // not handed back: the function lives on where it is
         refused_box = nullptr;
@@ -422,14 +448,14 @@ class submit_op final : public submit_op_base {
   }
 
   struct heap_invoker {  // no associated allocator: Asio's default
-    ref<submit_op> op;
+    completion_ref op;
     std::error_code ec;
     std::unique_ptr<Response> response;
     void operator()() { invoke_unboxed(op, ec, response); }
   };
   void post_on_heap(std::error_code ec, Response&& r) {
     detail::post(b_.work.get_executor(),
-                 heap_invoker{ref<submit_op>(this), ec, std::make_unique<Response>(std::move(r))});
+                 heap_invoker{completion_ref(this), ec, std::make_unique<Response>(std::move(r))});
   }
 
   void invoke(std::error_code ec, Response&& r) {
@@ -498,6 +524,7 @@ class submit_op final : public submit_op_base {
     alloc_traits::deallocate(a, this, 1);
   }
   void destroy() noexcept override {
+    if (handler_is_gone()) return deallocate_self();  // its executor is gone: here
     if constexpr (gives_back_anywhere) {
       if (handler_has_run()) return deallocate_self();  // b_ ended in invoke()
       return give_back();
