@@ -5,7 +5,9 @@
 #include <atomic>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
@@ -24,17 +26,37 @@ namespace {
 void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
   constexpr int n = 20000;
   asio::io_context io(4);
-  laneq::SimulatedProvider provider(std::move(pc));
-  const laneq::RateLimits limits = cfg.rate_limits;
-  laneq::RequestQueue queue(io.get_executor(), provider, std::move(cfg));
-  queue.start();
-
   struct Slot {
     std::atomic<int> completions{0};
     std::error_code ec;
     asio::cancellation_signal cancel;  // used on the submitter's strand only
   };
   auto slots = std::make_unique<Slot[]>(n);
+  std::vector<asio::strand<asio::io_context::executor_type>> strands;  // submitter i % 8's
+  for (int s = 0; s < 8; ++s) strands.push_back(asio::make_strand(io));
+  const auto cancel_later = [&](int i, std::chrono::microseconds after) {
+    auto t = std::make_shared<asio::steady_timer>(strands[i % 8], after);
+    t->async_wait([&, i, t](std::error_code) {
+      if (slots[i].completions.load() == 0) slots[i].cancel.emit(asio::cancellation_type::terminal);
+    });
+  };
+  // One request in 50 is slow (10 ms) and cancelled 1-9 ms into its call (the other cancels
+  // are timed from the submit, and mostly find their requests still queued).
+  pc.latency_fn = [&, base = pc.latency, jitter = pc.jitter](const laneq::Request& r,
+                                                             std::mt19937_64& rng) {
+    const std::string& text = r.messages.at(0).content;
+    if (text.starts_with("slow ")) {
+      const int i = std::stoi(text.substr(5));
+      asio::post(strands[i % 8], [&, i] { cancel_later(i, std::chrono::milliseconds(1 + i % 9)); });
+      return std::chrono::nanoseconds(10ms);
+    }
+    return base + std::chrono::nanoseconds(rng() % static_cast<std::uint64_t>(jitter.count()));
+  };
+  laneq::SimulatedProvider provider(std::move(pc));
+  const laneq::RateLimits limits = cfg.rate_limits;
+  laneq::RequestQueue queue(io.get_executor(), provider, std::move(cfg));
+  queue.start();
+
   std::atomic<int> completed{0};
   std::atomic<int> ok{0}, timeout{0}, cancelled{0}, failed{0}, rejected{0};
   std::atomic<int> off_strand{0};  // handlers run elsewhere than their associated strand
@@ -44,7 +66,7 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
 
   // 8 submitter strands; each submits its share and sometimes cancels one of its own later.
   for (int s = 0; s < 8; ++s) {
-    auto strand = asio::make_strand(io);
+    auto strand = strands[s];
     asio::post(strand, [&, s, strand] {
       std::mt19937_64 rng(1234 + s);
       for (int i = s; i < n; i += 8) {
@@ -52,8 +74,9 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
                                .client = "c" + std::to_string(rng() % 17)};
         if (rng() % 5 == 0) o.timeout = std::chrono::milliseconds(1 + rng() % 20);  // (0: bad_request)
         Slot& slot = slots[i];
+        const bool slow = rng() % 50 == 0;
         queue.async_submit(
-            laneq::test::chat(), o,
+            laneq::test::chat(slow ? "slow " + std::to_string(i) : "hello"), o,
             asio::bind_cancellation_slot(
                 slot.cancel.slot(),
                 asio::bind_executor(strand, [&, i, strand](std::error_code ec, laneq::Response) {
@@ -71,13 +94,7 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
                   if (completed.fetch_add(1) + 1 == n)
                     queue.async_shutdown({}, [](std::error_code) {});
                 })));
-        if (rng() % 10 == 0) {
-          auto t = std::make_shared<asio::steady_timer>(strand, std::chrono::microseconds(rng() % 3000));
-          t->async_wait([&, i, t](std::error_code) {
-            if (slots[i].completions.load() == 0)
-              slots[i].cancel.emit(asio::cancellation_type::terminal);
-          });
-        }
+        if (rng() % 10 == 0) cancel_later(i, std::chrono::microseconds(rng() % 3000));
       }
     });
   }
@@ -103,7 +120,7 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
         break;
       }
       std::this_thread::yield();
-    } while (completed.load() < n);
+    } while (completed.load() < n || !io.stopped());  // and the shutdown: no hang at the join
   });
   for (auto& t : threads) t.join();
   observer.join();
@@ -126,6 +143,7 @@ void stress(laneq::SimulatedProviderConfig pc, laneq::QueueConfig cfg) {
   CHECK(m.total.waiting == 0);
   CHECK(ok > n / 2);
   CHECK(cancelled > 0);
+  CHECK(provider.aborted() > 0);  // calls cut short in flight, by a cancel or a deadline
   CHECK(timeout > 0);
   CHECK(failed > 0);
   std::uint64_t lane_sum = 0;
