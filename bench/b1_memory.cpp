@@ -24,11 +24,12 @@
 
 namespace {
 
-// B1 preload's handler: a lambda capturing three references.
+// B1 preload's handler: a lambda capturing four references (failed, done, n, queue).
 struct preload_handler {
   void* a;
   void* b;
   void* c;
+  void* d;
   void operator()(std::error_code, laneq::Response) const {}
 };
 constexpr std::size_t op_bytes = sizeof(laneq::detail::submit_op<preload_handler>);

@@ -17,7 +17,9 @@
 #include <future>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -87,11 +89,9 @@ Throughput throughput(const fs::path& dir, std::size_t n) {
       if (++acked == n) t_acked = steady::now();
     });
   io.run();
-  if (refused != 0 || acked != n || failed != 0) {
-    std::fprintf(stderr, "b5: %zu of %zu enqueues refused, %zu requests failed\n", n - acked, n,
-                 failed);
-    std::exit(1);
-  }
+  if (refused != 0 || acked != n || failed != 0)
+    throw std::runtime_error(std::to_string(n - acked) + " of " + std::to_string(n) +
+                             " enqueues refused, " + std::to_string(failed) + " requests failed");
   const auto secs = [&](steady::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
   return {n / secs(t_acked), n / secs(t_done), queue->journal()->stats().transactions};
 }
@@ -133,15 +133,14 @@ std::pair<std::size_t, std::size_t> kill_test(const std::string& self, const fs:
       }
     }
     // (a child that ended early, or acknowledged too little, tests nothing: fail, not pass)
-    if (acked.size() < 50'000) {
-      std::fprintf(stderr, "b5: the child acknowledged only %zu before it went quiet\n", acked.size());
-      std::exit(1);
-    }
+    // (thrown, not exit(): the ChildProcess ends the child, main removes the directory)
+    if (acked.size() < 50'000)
+      throw std::runtime_error("the child acknowledged only " + std::to_string(acked.size()) +
+                               " before it went quiet");
     p.signal(SIGKILL);
-    if (const int code = p.exit_code(std::chrono::seconds(10)); code != -SIGKILL) {
-      std::fprintf(stderr, "b5: the child ended by itself (%d) before the kill\n", code);
-      std::exit(1);
-    }
+    if (const int code = p.exit_code(std::chrono::seconds(10)); code != -SIGKILL)
+      throw std::runtime_error("the child ended by itself (" + std::to_string(code) +
+                               ") before the kill");
     // Acknowledgements printed before the kill landed are acknowledged too.
     for (std::string chunk; !(chunk = p.read_stdout(false, std::chrono::seconds(1))).empty();) buf += chunk;
     for (std::size_t pos; (pos = buf.find('\n')) != std::string::npos; buf.erase(0, pos + 1))
@@ -168,8 +167,17 @@ int main(int argc, char** argv) {
   }
   const std::size_t n = *count;
   const fs::path dir = temp_dir();
-  const Throughput t = throughput(dir, n);
-  const auto [acked, lost] = kill_test(fs::canonical("/proc/self/exe").string(), dir);
+  Throughput t;
+  std::size_t acked = 0, lost = 0;
+  try {
+    t = throughput(dir, n);
+    std::tie(acked, lost) = kill_test(fs::canonical("/proc/self/exe").string(), dir);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "b5: %s\n", e.what());
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+    return 1;
+  }
   fs::remove_all(dir);
   std::printf("{\"bench\":\"B5\",\"n\":%zu,\"durable_per_s\":%.0f,\"with_outcomes_per_s\":%.0f,"
               "\"transactions\":%llu,\"acknowledged_at_kill\":%zu,\"lost_acknowledged\":%zu}\n",

@@ -19,6 +19,7 @@
 #include <future>
 #include <mutex>
 #include <semaphore>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -96,11 +97,19 @@ struct Run {
 
 // with_outcomes: each appended row is marked in_flight and finished by a worker thread.
 Run run(const std::string& path, laneq::JournalSync sync, std::size_t n, bool with_outcomes) {
+  // A fresh file each run: a B5_DIR kept from a run before holds every id already (unique).
+  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix);
   auto journal = laneq::Journal::open({.path = path, .synchronous = sync});
   std::counting_semaphore<> room(window);
   std::promise<void> all_done;
   std::atomic<std::size_t> done{0};
   std::atomic<bool> failed{false};
+  std::once_flag first;  // the first failure's words (the writer's thread, or the worker's)
+  std::string why;
+  const auto fail = [&](std::error_code ec) {
+    std::call_once(first, [&] { why = ec.message(); });
+    failed = true;
+  };
   auto one_done = [&] {
     if (++done == n) all_done.set_value();
   };
@@ -112,7 +121,7 @@ Run run(const std::string& path, laneq::JournalSync sync, std::size_t n, bool wi
         journal->mark_in_flight(row, 0, std::chrono::system_clock::now() + std::chrono::minutes(2), 1);
         journal->finish(row, laneq::JournalState::succeeded, 1, {}, "", &response,
                         [&](std::error_code ec) {
-                          if (ec) failed = true;
+                          if (ec) fail(ec);
                           room.release();
                           one_done();
                         });
@@ -123,7 +132,7 @@ Run run(const std::string& path, laneq::JournalSync sync, std::size_t n, bool wi
   for (std::size_t i = 0; i < n; ++i) {
     room.acquire();
     journal->append(make_record(i), [&](std::error_code ec, std::int64_t row) {
-      if (ec) failed = true;
+      if (ec) fail(ec);
       if (with_outcomes && !ec) {
         rows.push(row);
         return;
@@ -136,11 +145,7 @@ Run run(const std::string& path, laneq::JournalSync sync, std::size_t n, bool wi
   const double secs = std::chrono::duration<double>(steady::now() - t0).count();
   rows.close();
   if (worker.joinable()) worker.join();
-  if (failed) {
-    std::fprintf(stderr, "b5_journal: a journal write failed: %s\n",
-                 journal->stats().last_error.c_str());
-    std::exit(1);
-  }
+  if (failed) throw std::runtime_error("a journal write failed: " + why);
   return {static_cast<double>(n) / secs, journal->stats()};
 }
 
@@ -166,8 +171,16 @@ int main(int argc, char** argv) {
                            ? fs::path(std::getenv("B5_DIR"))
                            : fs::temp_directory_path() / ("laneq-b5-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const Run appends = run((dir / "appends.db").string(), sync, n, false);
-  const Run outcomes = run((dir / "outcomes.db").string(), sync, n, true);
+  Run appends{}, outcomes{};
+  try {
+    appends = run((dir / "appends.db").string(), sync, n, false);
+    outcomes = run((dir / "outcomes.db").string(), sync, n, true);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "b5_journal: %s\n", e.what());
+    std::error_code ignored;
+    if (!std::getenv("B5_DIR")) fs::remove_all(dir, ignored);
+    return 1;
+  }
   if (!std::getenv("B5_DIR")) fs::remove_all(dir);
 
   std::printf(
