@@ -1036,7 +1036,8 @@ TEST_CASE("next_payload_hint names what pop returns next (no aging, one turn per
   CHECK(f.s.next_payload_hint() == 0);
 }
 
-// Reference model: per lane, per client FIFO, round-robin with the ring order of activation.
+// Reference model: strict lanes; in a lane, turn-by-turn DRR (DrrModel, one per lane) with
+// limits, deadlines, expiry, admitted pushes and retries at any time.
 TEST_CASE("property: random push/pop/remove/expire sequences match a reference model",
           "[scheduler][property]") {
   for (std::uint64_t seed = 1; seed <= 20; ++seed) {
@@ -1046,6 +1047,8 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
     cfg.max_pending = 200;
     cfg.max_pending_per_client = 60;
     Scheduler s(cfg);
+    std::vector<DrrModel> model(cfg.lanes.size(), DrrModel(1));
+    std::uint64_t model_seq = 1;  // push order, as the scheduler's seq
 
     struct Ref {
       std::uint64_t payload, id;
@@ -1053,6 +1056,7 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
       std::string client;
       TimePoint deadline;
       std::optional<TimePoint> explicit_dl;
+      std::uint64_t seq;  // the model's
     };
     std::map<std::uint64_t, Ref> live;  // by payload
     std::set<std::uint64_t> resolved;
@@ -1082,7 +1086,8 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
         } else {
           REQUIRE(res.status == Scheduler::PushStatus::ok);
           const auto lane_dl = l == 1 ? at + 50ms : TimePoint::max();
-          live[next] = {next, res.id, l, c, dl ? *dl : lane_dl, dl};
+          live[next] = {next, res.id, l, c, dl ? *dl : lane_dl, dl, model_seq};
+          model[l].push(c, model_seq++, 1, next);
         }
         ++next;
       } else if (o < 8) {
@@ -1092,8 +1097,9 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
           continue;
         }
         REQUIRE(item);
-        // nothing in a better lane was waiting
+        // nothing in a better lane was waiting, and the lane's clients took turns
         for (auto& [p, r] : live) REQUIRE(r.lane >= item->lane);
+        REQUIRE(item->payload == model[item->lane].pop());
         // FIFO inside the client and lane
         const auto& me = live.at(item->payload);
         for (auto& [p, r] : live)
@@ -1105,6 +1111,7 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
                                .seq = item->seq});
           REQUIRE(again.status == Scheduler::PushStatus::ok);
           ref.id = again.id;
+          model[ref.lane].push(ref.client, ref.seq, 1, item->payload);
           continue;
         }
         REQUIRE(resolved.insert(item->payload).second);
@@ -1116,11 +1123,13 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
         REQUIRE(removed);
         REQUIRE(removed->payload == it->first);
         REQUIRE(resolved.insert(it->first).second);
+        model[it->second.lane].erase(it->first);
         live.erase(it);
       } else {
         while (auto item = s.pop_expired(now)) {
           REQUIRE(live.at(item->payload).deadline <= now);
           REQUIRE(resolved.insert(item->payload).second);
+          model[item->lane].erase(item->payload);
           live.erase(item->payload);
         }
         for (auto& [p, r] : live) REQUIRE(r.deadline > now);
@@ -1129,9 +1138,11 @@ TEST_CASE("property: random push/pop/remove/expire sequences match a reference m
     }
     // nothing lost: what is left drains completely
     while (auto item = s.pop(now)) {
+      REQUIRE(item->payload == model[item->lane].pop());
       REQUIRE(live.erase(item->payload) == 1);
     }
     REQUIRE(live.empty());
+    for (const auto& m : model) CHECK(m.empty());
   }
 }
 
