@@ -509,7 +509,8 @@ constexpr CounterFamily counter_families[] = {
     {"requests_failed_total", "Requests that failed.", &SeriesSnapshot::failed},
     {"requests_rejected_total",
      "Requests refused admission (queue or client full, shutting down, a bad request, no "
-     "journal or a journal that refused the row, more than a rate limit could ever grant).",
+     "journal or a journal that refused the row, more than a rate limit could ever grant, a "
+     "prompt estimator that threw).",
      &SeriesSnapshot::rejected},
     {"requests_expired_total", "Requests whose deadline passed.", &SeriesSnapshot::expired},
     {"requests_cancelled_total", "Requests cancelled.", &SeriesSnapshot::cancelled},

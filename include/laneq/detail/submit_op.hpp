@@ -352,8 +352,8 @@ class submit_op final : public submit_op_base {
   };
   using completion_ref = std::unique_ptr<submit_op, unrun_releaser>;
   void drop_unrun() noexcept {
-    auto slot = asio::get_associated_cancellation_slot(b_.handler);
-    if (slot.is_connected()) slot.clear();
+    // (The slot is left alone, as Asio's operations leave theirs: its signal may be gone
+    // already, destroyed before the io_context by its owner.)
     b_.~bound();
     if (release_without_handler()) deallocate_self();
   }
