@@ -245,9 +245,35 @@ class strand_inbox {
   void drain(F&& each) {  // strand only
     {
       std::lock_guard lock(mu_);
+      if (cutting_) return;  // end_cut's caller takes them, after the cut's
       pending_.swap(running_);
     }
     running_.consume(each);
+  }
+  // An event in the items' order (a shutdown): what was pushed before cut() is set aside for
+  // drain_cut(); what is pushed from then on waits (a drain meanwhile leaves it) until
+  // end_cut(), whose caller drains it. A burst's drain is posted after its first push, so
+  // without the cut a push made before the event (its burst's drain not posted yet, its
+  // first pusher preempted on another thread) could be taken after it, and one made after it
+  // (joining a burst whose drain was posted before) ahead of it.
+  void cut() {
+    std::lock_guard lock(mu_);
+    if (cutting_) return;  // what comes now is after the cut under way too
+    cutting_ = true;
+    before_.swap(pending_);  // (before_ is empty while not cutting)
+  }
+  template <class F>
+  void drain_cut(F&& each) {  // strand only
+    Batch taken;
+    {
+      std::lock_guard lock(mu_);
+      taken.swap(before_);
+    }
+    taken.consume(each);
+  }
+  void end_cut() {
+    std::lock_guard lock(mu_);
+    cutting_ = false;
   }
   void close() {
     std::lock_guard lock(mu_);
@@ -257,9 +283,11 @@ class strand_inbox {
 
  private:
   std::mutex mu_;
-  bool closed_ = false;  // guarded by mu_
-  Batch pending_;        // guarded by mu_
-  Batch running_;        // strand only
+  bool closed_ = false;   // guarded by mu_
+  bool cutting_ = false;  // guarded by mu_
+  Batch pending_;         // guarded by mu_
+  Batch before_;          // guarded by mu_: pushed before the cut under way
+  Batch running_;         // strand only
 };
 
 struct worker {
@@ -401,7 +429,8 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // (which holds this impl) would wait for a wake-up nobody sends, and leak with the impl if
     // the context is destroyed before the other calls come back.
     stop_workers_ = true;
-    admit_intake();  // rejected: stopping_
+    intake_.end_cut();  // a shutdown's cut under way: its begin_shutdown comes too late
+    admit_intake();     // rejected: stopping_
     intake_.close();
     fail_unstarted();
     for (auto& w : workers_) {
@@ -506,6 +535,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   void start_shutdown(ShutdownOptions opts, unique_function<void(std::error_code)> done) {
+    intake_.cut();  // submits made before this call are admitted first, those after refused
     detail::post(strand_, [self = shared_from_this(), opts, done = std::move(done)]() mutable {
       self->begin_shutdown(opts, std::move(done));
     });
@@ -537,7 +567,9 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // The burst of submits the intake holds. One clock read for all: they were made before the
   // drain began.
   void admit_intake() {
-    intake_.drain([this, now = steady::now()](op_ptr o) { admit(o, now); });
+    const auto each = [this, now = steady::now()](op_ptr o) { admit(o, now); };
+    intake_.drain_cut(each);  // (empty unless a shutdown is on its way: see begin_shutdown)
+    intake_.drain(each);
   }
 
   void admit(op_ptr op, steady::time_point now) {
@@ -1544,12 +1576,18 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // --- shutdown (strand) ---
 
   void begin_shutdown(ShutdownOptions opts, unique_function<void(std::error_code)> done) {
+    // Submits made before this shutdown was called (start_shutdown's cut) are admitted, those
+    // made after it are refused, whatever the order their bursts' drains were posted in.
+    intake_.drain_cut([this, now = steady::now()](op_ptr o) { admit(o, now); });
+    intake_.end_cut();
     if (stopped_) {
+      admit_intake();  // refused
       done(std::error_code{});
       return;
     }
     stopping_ = true;
     if (!opts.drain) drain_ = false;
+    admit_intake();  // made after the shutdown call: refused
     shutdown_waiters_.push_back(std::move(done));
     // Submits already waiting for room were made before shutdown: drain keeps them too.
     if (!drain_ || !started_) fail_unstarted();

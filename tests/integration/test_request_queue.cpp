@@ -1228,6 +1228,26 @@ TEST_CASE("a submit made after async_shutdown on the same thread fails with shut
   }
 }
 
+TEST_CASE("submits keep their order around a shutdown call: one made before it is drained, one "
+          "made after it refused, although both joined the same burst",
+          "[queue][shutdown]") {
+  // A burst's drain is posted by its first submit: the second joined it, after the shutdown
+  // call, and was admitted with the first (the shutdown's handler came after that drain).
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 2});
+  queue.start();
+  io.poll();  // the workers are parked
+  std::error_code before{errc::internal}, after{errc::internal};
+  submit_with(queue, chat("before"), {}, [&](std::error_code ec, laneq::Response) { before = ec; });
+  queue.async_shutdown({.drain = true}, [](std::error_code) {});
+  submit_with(queue, chat("after"), {}, [&](std::error_code ec, laneq::Response) { after = ec; });
+  io.run();
+  CHECK_FALSE(before);
+  CHECK(after == errc::shutting_down);
+  CHECK(provider.calls() == 1);
+}
+
 TEST_CASE("shutdown with drain finishes queued work - submits after it fail with shutting_down",
           "[queue][shutdown]") {
   asio::io_context io;
