@@ -242,12 +242,14 @@ class strand_inbox {
     return pending_.add(std::move(item));
   }
   template <class F>
-  void drain(F&& each) {  // strand only
+  void drain(F&& each) {  // strand only; one lock per burst
+    Batch cut;
     {
       std::lock_guard lock(mu_);
-      if (cutting_) return;  // end_cut's caller takes them, after the cut's
-      pending_.swap(running_);
+      cut.swap(before_);                       // set aside by a cut (see below): first
+      if (!cutting_) pending_.swap(running_);  // else end_cut's caller takes them
     }
+    cut.consume(each);
     running_.consume(each);
   }
   // An event in the items' order (a shutdown): what was pushed before cut() is set aside for
@@ -567,9 +569,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   // The burst of submits the intake holds. One clock read for all: they were made before the
   // drain began.
   void admit_intake() {
-    const auto each = [this, now = steady::now()](op_ptr o) { admit(o, now); };
-    intake_.drain_cut(each);  // (empty unless a shutdown is on its way: see begin_shutdown)
-    intake_.drain(each);
+    intake_.drain([this, now = steady::now()](op_ptr o) { admit(o, now); });
   }
 
   void admit(op_ptr op, steady::time_point now) {
