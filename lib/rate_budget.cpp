@@ -123,8 +123,12 @@ void RateBudgets::reconcile(Ticket ticket, std::size_t budget, std::int64_t esti
   // Recent grants are at the back: search from there.
   for (auto it = b.window.rbegin(); it != b.window.rend(); ++it) {
     if (it->ticket != ticket) continue;
-    const std::int64_t diff = actual - it->cost;
-    it->cost = actual;
+    std::int64_t diff = actual - it->cost;
+    // As spend_now: grants still in the window reported absurd, again and again, stop adding
+    // at 2^62 (8,192 of 2^50 + 1 units would overflow the sum into a budget that grants freely).
+    if (diff > 0)
+      diff = std::min(diff, std::max<std::int64_t>(0, (std::int64_t{1} << 62) - b.spent));
+    it->cost += diff;
     b.spent += diff;
     // Spaced by what it really cost, but never later than a period from now: the window has
     // freed any debt by then (a server's absurd usage must not stop the budget for years).

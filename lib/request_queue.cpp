@@ -165,6 +165,11 @@ std::vector<const LaneConfig*> lanes_by_rank(const Scheduler& s, const QueueConf
   return out;
 }
 
+RateLimitInfo without_retry_after(RateLimitInfo info) {
+  info.retry_after.reset();
+  return info;
+}
+
 std::vector<Metrics::LaneInfo> metric_lanes(const Scheduler& s, const QueueConfig& c) {
   std::vector<Metrics::LaneInfo> out;
   for (const LaneConfig* l : lanes_by_rank(s, c))
@@ -1313,7 +1318,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // the same answer's exhausted bucket holds. An exhausted bucket holds every start no longer
     // than a request would wait for its own retry (the next start asks the server again), nor
     // than the same answer's retry-after (the limiter's rule).
-    lim.settle(ticket, estimate, actual_cost(ec, resp, estimate), info,
+    // (A success's retry-after is a proxy's, on every answer, as the retry policy reads it:
+    // not the server's word on when to call again.)
+    const bool success_retry_after = info.retry_after && resp.status >= 200 && resp.status < 300;
+    lim.settle(ticket, estimate, actual_cost(ec, resp, estimate),
+               success_retry_after ? without_retry_after(info) : info,
                cfg_.retry.retry_after_limit());
     // (Counted also for a request resolved meanwhile: the provider's answer was still a 429.)
     if (resp.status == 429 || resp.status == 503 || resp.status == 529 ||

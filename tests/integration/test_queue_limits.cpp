@@ -192,11 +192,16 @@ TEST_CASE("a retry-after beyond max_retry_after fails its request and holds the 
 
 // A (a success reporting the request bucket empty until `reset`), then B: how long B's start
 // was held after A's.
-static steady::duration held_after_exhausted(const char* reset, std::chrono::milliseconds max_retry_after) {
+// `retry_after_ms`: a retry-after-ms on that success too (a proxy's, on every answer).
+static steady::duration held_after_exhausted(const char* reset,
+                                             std::chrono::milliseconds max_retry_after,
+                                             const char* retry_after_ms = nullptr) {
   asio::io_context io;
   TimedProvider provider({.latency = 5ms});
-  provider.inner.script({.status = 200, .headers = {{"x-ratelimit-remaining-requests", "0"},
-                                                    {"x-ratelimit-reset-requests", reset}}});
+  laneq::Headers headers{{"x-ratelimit-remaining-requests", "0"},
+                         {"x-ratelimit-reset-requests", reset}};
+  if (retry_after_ms) headers.push_back({"retry-after-ms", retry_after_ms});
+  provider.inner.script({.status = 200, .headers = headers});
   laneq::RequestQueue queue(io.get_executor(), provider,
                             {.workers = 1, .retry = {.max_retry_after = max_retry_after}});
   queue.start();
@@ -227,6 +232,14 @@ TEST_CASE("an exhausted bucket whose reset is already past holds starts a moment
   const auto held = held_after_exhausted("0s", 100ms);
   CHECK(held >= 80ms);  // held (RateLimiter::past_reset_hold)...
   CHECK(held < 700ms);  // ...but capped at max_retry_after
+}
+
+TEST_CASE("a success's retry-after (a proxy's) does not cut its exhausted bucket's hold short",
+          "[queue][limits][retry]") {
+  // The retry policy ignores a 2xx's retry-after; the limiter took it as the server's word.
+  const auto held = held_after_exhausted("1s", 30s, "50");
+  CHECK(held >= 800ms);  // the reset held (~1 s), not the 50 ms
+  CHECK(held < 10s);
 }
 
 TEST_CASE("a 429's retry-after bounds the hold of the same answer's exhausted bucket: the server "

@@ -213,6 +213,22 @@ TEST_CASE("debt past any limit is not summed without bound: the spent count cann
   CHECK(b.try_acquire(c({1}), t0 + 121s).granted);  // the debt ages out a period later
 }
 
+TEST_CASE("grants still in the window reported absurd one by one cannot overflow the spent count",
+          "[rate_budget]") {
+  // (as the debt of aged-out grants above: 8,192 grants of 1 unit, each reported 2^50 + 1)
+  RateBudgets b({{.name = "tokens", .limit = std::int64_t{1} << 50, .period = 60s}});
+  std::vector<RateBudgets::Ticket> tickets;
+  for (int i = 0; i < 9000; ++i) {
+    auto g = b.try_acquire(c({1}), t0);
+    REQUIRE(g.granted);
+    tickets.push_back(g.ticket);
+  }
+  for (const auto t : tickets) b.reconcile(t, 0, 1, INT64_MAX, t0 + 1s);
+  CHECK(b.available(0, t0 + 1s) < 0);
+  CHECK_FALSE(b.try_acquire(c({1}), t0 + 2s).granted);
+  CHECK(b.try_acquire(c({1}), t0 + 61s).granted);  // the grants age out a period later
+}
+
 TEST_CASE("a call that outlives the period is charged its extra usage as debt", "[rate_budget]") {
   RateBudgets b({{.name = "tokens", .limit = 1000, .period = 10s}});
   auto g = b.try_acquire(c({100}), t0);
