@@ -584,6 +584,28 @@ TEST_CASE("with a journal, running the same command again sends nothing twice", 
   for (const auto& [id, n] : ids) CHECK(n == 1);
 }
 
+TEST_CASE("an output pipe whose reader is gone fails the run with exit 2 and its reason, not "
+          "SIGPIPE",
+          "[cli]") {
+  // `--out /dev/stdout | head`: the process was killed by SIGPIPE (exit 141), no word said
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(2000));  // ~600 KB: more than a pipe holds
+  ChildProcess p(LANEQ_CLI_EXE,
+                 {"run", dir.file("in.jsonl"), "--out", "/dev/stdout", "--mock",
+                  "--mock-latency-ms", "0", "--progress", "none"},
+                 clean_env);
+  REQUIRE_FALSE(p.read_stdout(true, 30s).empty());  // answers are coming
+  // The reader goes: the pipe's read end becomes /dev/null (the fd stays ChildProcess's).
+  const int null_fd = ::open("/dev/null", O_RDONLY);
+  REQUIRE(null_fd >= 0);
+  REQUIRE(::dup2(null_fd, p.stdout_fd()) >= 0);
+  ::close(null_fd);
+  const std::string err = p.read_stderr(false, 60s);
+  INFO(err);
+  CHECK(p.exit_code(10s) == 2);
+  CHECK_THAT(err, Catch::Contains("cannot write /dev/stdout"));
+}
+
 TEST_CASE("SIGTERM stops admission, finishes in-flight calls, and the next run completes the file",
           "[cli][journal]") {
   TempDir dir;
@@ -827,6 +849,26 @@ TEST_CASE("a resume refused as another run's output leaves the file as it was - 
   CHECK(read_output(dir.file("out.jsonl")).size() == 3);
 }
 
+TEST_CASE("a journal from another input is refused, not read as this input's answers",
+          "[cli][journal]") {
+  // Matched by custom_id only, the second input's lines were all "done in an earlier run",
+  // exit 0, with the first input's answers to other prompts.
+  TempDir dir;
+  write_lines(dir.file("in.jsonl"), good_lines(3));
+  std::vector<std::string> args = {"run", dir.file("in.jsonl"), "--out", dir.file("out.jsonl"),
+                                   "--journal", dir.file("run.db"), "--mock",
+                                   "--mock-latency-ms", "1", "--progress", "none"};
+  REQUIRE(run_cli(args).code == 0);
+  auto other = json::parse(good_lines(3)[1]);
+  other["body"]["messages"][0]["content"] = "something else entirely";
+  write_lines(dir.file("in2.jsonl"), {good_lines(3)[0], other.dump(), good_lines(3)[2]});
+  args[1] = dir.file("in2.jsonl");
+  args[3] = dir.file("out2.jsonl");
+  const auto r = run_cli(args);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("line 2 (custom_id \"req-1\") is not the request"));
+}
+
 TEST_CASE("a resume runs again a line whose outcome the journal could not commit - its error "
           "line holds the provider's answer, and the row is open",
           "[cli][journal]") {
@@ -866,6 +908,7 @@ TEST_CASE("a resume runs a line whose journal append failed (no row, never sent)
     rec.priority = static_cast<int>(laneq::Priority::normal);
     rec.request.id = "b";
     rec.request.model = "gpt-test";
+    rec.request.max_tokens = 16;  // chat_line's request, as the run journaled it
     rec.request.messages.push_back({"user", "hello b"});
     rec.enqueued_at = std::chrono::system_clock::now();
     std::promise<std::int64_t> appended;

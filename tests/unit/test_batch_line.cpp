@@ -85,6 +85,9 @@ TEST_CASE("bad lines are reported with their line number and a code, never throw
             .code == "invalid_body");
   CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","messages":[]}})")
             .code == "invalid_body");
+  // an Anthropic system prompt alone is no conversation (it was sent, and refused with a 400)
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/messages","body":{"model":"m","system":"be terse",
+    "max_tokens":5}})").code == "invalid_body");
   CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","max_tokens":0,
     "messages":[{"role":"user","content":"x"}]}})").code == "invalid_body");
   CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","stream":true,

@@ -70,6 +70,7 @@ Request build_request(const json& body, std::string_view url) {
   if (!body.is_object()) bad("invalid_body", "\"body\" must be an object");
   Request req;
   json extra = json::object();
+  bool has_messages = false;  // (an Anthropic system prompt is a message too: not enough)
   for (const auto& [key, value] : body.items()) {
     if (key == "model") {
       if (!value.is_string() || value.get_ref<const std::string&>().empty())
@@ -78,6 +79,7 @@ Request build_request(const json& body, std::string_view url) {
     } else if (key == "messages") {
       if (!value.is_array() || value.empty())
         bad("invalid_body", "body.messages must be a non-empty array");
+      has_messages = true;
       for (const json& m : value) {
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content"))
           bad("invalid_body", "each of body.messages needs a \"role\" and a \"content\"");
@@ -105,7 +107,7 @@ Request build_request(const json& body, std::string_view url) {
     }
   }
   if (req.model.empty()) bad("invalid_body", "body.model is missing");
-  if (req.messages.empty()) bad("invalid_body", "body.messages is missing");
+  if (!has_messages) bad("invalid_body", "body.messages is missing");
   if (!extra.empty()) req.extra = std::move(extra);
   return req;
 }

@@ -342,9 +342,11 @@ class BatchRun {
       // journaled, e.g. exceeds_rate_limit: they stay as they are.)
       // Open rows are this journal's too: an outcome it could not commit (a full disk) leaves
       // its row pending and its error line, answer included, in the output.
-      for (const auto& rec : list_rows(JournalStateSet::open())) open_ids_.insert(rec.id);
+      const auto open = list_rows(JournalStateSet::open());
+      for (const auto& rec : open) open_ids_.insert(rec.id);
       std::unordered_set<std::string> known(open_ids_);
       for (const auto& rec : finished) known.insert(rec.id);
+      check_same_requests(open, finished);
       for (const auto& id : earlier_.called)
         if (!known.contains(id))
           throw setup_error{o_.output + " holds a result for \"" + id + "\" that the journal " +
@@ -367,6 +369,35 @@ class BatchRun {
         if (!known.contains(id)) earlier_.results.erase(id);
     } else {
       out_ = open_output("wb");
+    }
+  }
+
+  // A journal is matched to the input by custom_id: one from another input (or a line edited
+  // since) would answer its lines with that run's results, or run the old request again.
+  void check_same_requests(const std::vector<JournalRecord>& open,
+                           const std::vector<JournalRecord>& finished) const {
+    std::unordered_map<std::string_view, const Request*> held;
+    for (const auto* rows : {&open, &finished})
+      for (const auto& rec : *rows) held.emplace(rec.id, &rec.request);
+    const auto same = [](const Request& a, const Request& b) {
+      if (a.model != b.model || a.max_tokens != b.max_tokens || a.extra != b.extra ||
+          a.messages.size() != b.messages.size())
+        return false;
+      for (std::size_t i = 0; i < a.messages.size(); ++i)
+        if (a.messages[i].role != b.messages[i].role ||
+            a.messages[i].content != b.messages[i].content)
+          return false;
+      return true;
+    };
+    for (const auto& item : items_) {
+      const auto* line = std::get_if<BatchLine>(&item);
+      if (!line) continue;
+      const auto it = held.find(line->custom_id);
+      if (it != held.end() && !same(line->request, *it->second))
+        throw setup_error{"line " + std::to_string(line->line_no) + " (custom_id \"" +
+                          line->custom_id + "\") is not the request the journal " + o_.journal +
+                          " holds under that id: the journal is another input's (or the line " +
+                          "changed since); use the input that run used, or a fresh --journal"};
     }
   }
 

@@ -2,6 +2,7 @@
 //   laneq run requests.jsonl --out results.jsonl [flags]   push a batch file through the budgets
 //   laneq mock [flags]                                      the bundled mock API server
 // `laneq --help`, `laneq run --help`, `laneq mock --help` list the flags.
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -152,6 +153,10 @@ int run_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A pipe whose reader is gone (`2>&1 | tee log` and a Ctrl-C that ends tee too, `| head`)
+  // must not kill a run with calls in flight: the write fails instead, and is handled (a
+  // progress line is lost; --out's failure exits 2 as a full disk does).
+  std::signal(SIGPIPE, SIG_IGN);
   const std::string_view command = argc > 1 ? argv[1] : "";
   if (command == "run") return run_command(argc, argv);
   if (command == "mock") return laneq::mock::run_mock_program(argc - 1, argv + 1, "laneq mock");
