@@ -1318,11 +1318,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
     // the same answer's exhausted bucket holds. An exhausted bucket holds every start no longer
     // than a request would wait for its own retry (the next start asks the server again), nor
     // than the same answer's retry-after (the limiter's rule).
-    // (A success's retry-after is a proxy's, on every answer, as the retry policy reads it:
-    // not the server's word on when to call again.)
-    const bool success_retry_after = info.retry_after && resp.status >= 200 && resp.status < 300;
+    // (Only a 429/503/529's retry-after is the server's word on when to call again: a proxy
+    // may add one to every answer, and the retry policy ignores a success's.)
+    const bool says_when = resp.status == 429 || resp.status == 503 || resp.status == 529;
     lim.settle(ticket, estimate, actual_cost(ec, resp, estimate),
-               success_retry_after ? without_retry_after(info) : info,
+               info.retry_after && !says_when ? without_retry_after(info) : info,
                cfg_.retry.retry_after_limit());
     // (Counted also for a request resolved meanwhile: the provider's answer was still a 429.)
     if (resp.status == 429 || resp.status == 503 || resp.status == 529 ||

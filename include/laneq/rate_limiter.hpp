@@ -141,7 +141,8 @@ class RateLimiter {
   // most `max_hold` (a reset hours ahead from a skewed clock must not stop everything), and no
   // longer than the same answer's retry-after when it is above 0 (when to call again, where
   // the reset says when the bucket is full); with max_hold <= 0 it neither holds nor spends
-  // the budget.
+  // the budget. Pass a retry-after only from a 429, 503 or 529 answer (reset `retry_after`
+  // otherwise, as the queue does): a proxy may add one to every answer.
   static constexpr std::chrono::seconds past_reset_hold{1};
   void observe(const Headers& headers);
   void observe(const RateLimitInfo& info,  // the same, already parsed

@@ -867,6 +867,19 @@ TEST_CASE("a journal from another input is refused, not read as this input's ans
   const auto r = run_cli(args);
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("line 2 (custom_id \"req-1\") is not the request"));
+  // a line edited into one that cannot run: not an error line beside the journal's answer
+  other["body"]["messages"][0]["name"] = "x";  // unsupported_content
+  write_lines(dir.file("in2.jsonl"), {good_lines(3)[0], other.dump(), good_lines(3)[2]});
+  const auto bad = run_cli(args);
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("line 2 (custom_id \"req-1\") cannot run"));
+  // a file that reuses a custom_id is the same file every run: its resume is not refused
+  write_lines(dir.file("in3.jsonl"), {good_lines(3)[0], good_lines(3)[0]});
+  args[1] = dir.file("in3.jsonl");
+  args[3] = dir.file("out3.jsonl");
+  args[5] = dir.file("run3.db");
+  REQUIRE(run_cli(args).code == 1);  // (the duplicate is a bad line)
+  CHECK(run_cli(args).code == 1);    // resumed: refused it would be 2
 }
 
 TEST_CASE("a resume runs again a line whose outcome the journal could not commit - its error "

@@ -88,6 +88,8 @@ TEST_CASE("bad lines are reported with their line number and a code, never throw
   // an Anthropic system prompt alone is no conversation (it was sent, and refused with a 400)
   CHECK(bad(R"({"custom_id":"x","url":"/v1/messages","body":{"model":"m","system":"be terse",
     "max_tokens":5}})").code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/messages","body":{"model":"m","max_tokens":5,
+    "messages":[{"role":"system","content":"be terse"}]}})").code == "invalid_body");
   CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","max_tokens":0,
     "messages":[{"role":"user","content":"x"}]}})").code == "invalid_body");
   CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","stream":true,

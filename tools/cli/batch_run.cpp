@@ -390,8 +390,18 @@ class BatchRun {
       return true;
     };
     for (const auto& item : items_) {
+      if (const auto* bad = std::get_if<BadLine>(&item)) {  // edited into a bad line
+        // (a second line reusing a custom_id is bad in every run: the first one holds the row)
+        if (!bad->custom_id.empty() && bad->code != "duplicate_custom_id" &&
+            held.contains(bad->custom_id))
+          throw setup_error{"line " + std::to_string(bad->line_no) + " (custom_id \"" +
+                            bad->custom_id + "\") cannot run (" + bad->code + ") but the " +
+                            "journal " + o_.journal + " holds a request under that id: the " +
+                            "journal is another input's (or the line changed since); use the " +
+                            "input that run used, or a fresh --journal"};
+        continue;
+      }
       const auto* line = std::get_if<BatchLine>(&item);
-      if (!line) continue;
       const auto it = held.find(line->custom_id);
       if (it != held.end() && !same(line->request, *it->second))
         throw setup_error{"line " + std::to_string(line->line_no) + " (custom_id \"" +
