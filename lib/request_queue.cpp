@@ -1325,8 +1325,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
                info.retry_after && !says_when ? without_retry_after(info) : info,
                cfg_.retry.retry_after_limit());
     // (Counted also for a request resolved meanwhile: the provider's answer was still a 429.)
-    if (resp.status == 429 || resp.status == 503 || resp.status == 529 ||
-        ec == errc::rate_limited || ec == errc::overloaded)
+    if (says_when || ec == errc::rate_limited || ec == errc::overloaded)
       metrics_.rate_limited(op->lane, op->client_ref);
     if (op->st != state::in_flight) return;  // resolved by cancel / timeout meanwhile
 
