@@ -670,19 +670,26 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
             cfg_.max_pending_per_client)
       return reject(op, errc::client_queue_full);
     // Estimated once; a cost beyond a whole budget could never be granted: say so now.
+    std::int64_t prompt = 0;
     try {
-      const std::int64_t prompt = cfg_.prompt_estimator ? cfg_.prompt_estimator(op->request)
-                                                        : estimate_prompt_tokens(op->request);
-      op->prompt_tokens = static_cast<std::int32_t>(
-          std::clamp<std::int64_t>(prompt, 0, std::numeric_limits<std::int32_t>::max()));
+      prompt = cfg_.prompt_estimator ? cfg_.prompt_estimator(op->request)
+                                     : estimate_prompt_tokens(op->request);
     } catch (const std::exception& e) {
       return reject(op, errc::internal,
                     std::string("QueueConfig::prompt_estimator threw: ") + e.what());
     } catch (...) {
       return reject(op, errc::internal, "QueueConfig::prompt_estimator threw a non-exception");
     }
-    if (!limiter_for(op->request.model).fits(estimated_cost(*op)))
+    // (Against the budgets at its full size: an estimator's "never", INT64_MAX, is refused
+    // by a budget of 2^31 tokens or more too.)
+    if (!limiter_for(op->request.model).fits(estimated_cost(*op, prompt)))
       return reject(op, errc::exceeds_rate_limit);
+    // A queued request carries it in 32 bits; more than that is no model's prompt.
+    if (prompt > std::numeric_limits<std::int32_t>::max())
+      return reject(op, errc::request_too_large,
+                    "the prompt's estimate, " + std::to_string(prompt) +
+                        " tokens, is above 2^31 - 1, the most a request may carry");
+    op->prompt_tokens = static_cast<std::int32_t>(std::max<std::int64_t>(prompt, 0));
 
     if (!recovered) {
       if (op->options.timeout) {
@@ -913,8 +920,11 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   }
 
   RateCost estimated_cost(const submit_op_base& op) const {
+    return estimated_cost(op, op.prompt_tokens);
+  }
+  RateCost estimated_cost(const submit_op_base& op, std::int64_t prompt_tokens) const {
     return {.requests = 1,
-            .input_tokens = op.prompt_tokens,
+            .input_tokens = prompt_tokens,
             .output_tokens = op.request.max_tokens > 0 ? op.request.max_tokens
                                                        : cfg_.default_max_tokens};
   }

@@ -129,6 +129,40 @@ TEST_CASE("a request that can never fit a budget fails at submit", "[queue][limi
   CHECK(queue.metrics().total.rejected == 2);
 }
 
+TEST_CASE("a prompt estimate beyond 32 bits is judged at its full size, not charged cut short",
+          "[queue][limits]") {
+  // The estimate a queued request carries is 32 bits; budgets go to 2^50. Cut to 2^31 - 1
+  // first, an estimator's 6e9 (or its "never", INT64_MAX) passed a budget of 5e9 and was
+  // charged 2.1e9.
+  asio::io_context io;
+  laneq::SimulatedProvider provider;
+  std::int64_t estimate = 0;
+  laneq::RequestQueue queue(
+      io.get_executor(), provider,
+      {.workers = 1,
+       .rate_limits = {.tokens = 5'000'000'000, .period = 24h},
+       .prompt_estimator = [&](const laneq::Request&) { return estimate; }});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    for (const std::int64_t e : {std::int64_t{6'000'000'000},
+                                 std::numeric_limits<std::int64_t>::max()}) {
+      estimate = e;
+      auto [ec, r] = co_await queue.async_submit(chat("hi", 10), {}, tuple_awaitable);
+      CHECK(ec == errc::exceeds_rate_limit);
+    }
+    estimate = 3'000'000'000;  // fits the budget, not a queued request's 32 bits
+    auto [ec, r] = co_await queue.async_submit(chat("hi", 10), {}, tuple_awaitable);
+    CHECK(ec == errc::request_too_large);
+    CHECK_THAT(r.error_message, Catch::Contains("3000000000 tokens"));
+    estimate = std::numeric_limits<std::int32_t>::max();  // the most it carries
+    auto [ec2, r2] = co_await queue.async_submit(chat("hi", 0), {}, tuple_awaitable);
+    CHECK_FALSE(ec2);
+    co_await queue.shutdown();
+  });
+  CHECK(provider.calls() == 1);
+  CHECK(queue.metrics().total.rejected == 3);
+}
+
 TEST_CASE("a 429 with retry-after pauses every worker once and the request keeps its place",
           "[queue][limits][retry]") {
   asio::io_context io;
