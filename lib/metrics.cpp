@@ -96,7 +96,9 @@ struct counter {
 };
 
 // Requests that ended in flight, per second over the last minute: a count per whole second
-// since the Metrics began, in a ring of 60. The recorder zeroes the seconds it skips as it
+// since the Metrics began, in a ring of 61: the 60 whole seconds before `now` and the second
+// under way, which the recorder may have counted already (in a ring of 60 it took the oldest
+// whole second's slot: a minute of steady load read 59/60 of its rate). The recorder zeroes the seconds it skips as it
 // moves on (nothing runs on a timer); a reader sums the 60 whole seconds before `now` that the
 // ring still holds. `newest` is published with release after the skipped seconds are zeroed,
 // so a reader that sees it sees them cleared. A reader racing the recorder into a new second
@@ -104,12 +106,13 @@ struct counter {
 // count, 0, or the new second's): off by one second's count, either way, for that snapshot.
 struct throughput_ring {
   static constexpr std::int64_t window_s = 60;
-  std::array<counter<std::uint32_t>, window_s> per_second{};
+  static constexpr std::int64_t slots = window_s + 1;
+  std::array<counter<std::uint32_t>, slots> per_second{};
   std::atomic<std::int64_t> newest{-1};  // the latest second counted
   std::size_t newest_slot = 0;           // its slot (the recorder's own)
 
   static std::size_t slot(std::int64_t sec) noexcept {
-    return static_cast<std::size_t>(sec % window_s);
+    return static_cast<std::size_t>(sec % slots);
   }
   void record(std::int64_t sec) noexcept {
     const std::int64_t last = newest.load(std::memory_order_relaxed);
@@ -119,17 +122,17 @@ struct throughput_ring {
     }
     if (sec > last) {
       newest_slot = slot(sec);
-      for (std::int64_t s = std::max(last + 1, sec - window_s + 1); s <= sec; ++s)
+      for (std::int64_t s = std::max(last + 1, sec - slots + 1); s <= sec; ++s)
         per_second[slot(s)].v.store(0, std::memory_order_relaxed);
       newest.store(sec, std::memory_order_release);
-    } else if (sec <= last - window_s) {
+    } else if (sec <= last - slots) {
       return;  // older than the ring (a finish time from before the minute the ring holds)
     }
     per_second[slot(sec)].add(1);
   }
   double per_s(std::int64_t now_sec) const noexcept {
     const std::int64_t last = newest.load(std::memory_order_acquire);
-    const std::int64_t from = std::max({now_sec - window_s, last - window_s + 1, std::int64_t{0}});
+    const std::int64_t from = std::max({now_sec - window_s, last - slots + 1, std::int64_t{0}});
     const std::int64_t to = std::min(now_sec - 1, last);  // whole seconds only
     std::uint64_t sum = 0;
     for (std::int64_t s = from; s <= to; ++s) sum += per_second[slot(s)].get();
@@ -292,13 +295,17 @@ Metrics::ClientRef Metrics::client(std::string_view name) {
     if (const auto it = clients_.find(key); it != clients_.end()) {
       found = it->second.get();
     } else {
-      const bool own = named_clients_ < max_clients_ && key != other_client;
+      // The empty name (requests without a client) is not one of the capped clients: its
+      // series must not depend on how many tenants came first.
+      const bool unnamed = key.empty();
+      const bool own = key != other_client &&
+                       (unnamed ? max_clients_ > 0 : named_clients_ < max_clients_);
       if (!own) key = other_client;
       alias = !own || !valid;
       auto& slot = clients_[std::move(key)];
       if (!slot) {
         slot = std::make_unique<Series>();
-        named_clients_ += own;
+        named_clients_ += own && !unnamed;
       }
       found = slot.get();
     }

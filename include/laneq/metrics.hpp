@@ -152,6 +152,8 @@ std::string to_prometheus(const MetricsSnapshot& s, std::string_view prefix = "l
 //
 // Bounded cardinality: up to max_clients distinct client names get their own series; every
 // further name shares the series "_other" (a client literally named "_other" shares it too).
+// The empty name (no client) has its own series beside them, in "_other" only when
+// max_clients is 0.
 // Client series are never removed. Names are kept as valid UTF-8 (JSON and Prometheus text
 // need it): a client name's broken sequences become U+FFFD; a lane name must be valid (the
 // constructor throws std::invalid_argument otherwise, as for duplicate lane names).

@@ -255,6 +255,23 @@ TEST_CASE("clients beyond max_clients share the _other series", "[metrics]") {
   CHECK(s.total.submitted == 11);
 }
 
+TEST_CASE("requests without a client keep their own series however many clients came first",
+          "[metrics]") {
+  Metrics m(two_lanes(), 2);
+  m.submitted(0, m.client("a"));
+  m.submitted(0, m.client("b"));
+  m.submitted(0, m.client(""));
+  m.submitted(0, m.client("c"));  // the cap counts a and b only: c is the first past it
+  const auto s = m.snapshot();
+  CHECK(s.clients.at("").submitted == 1);
+  CHECK(s.clients.at("_other").submitted == 1);
+  CHECK(s.clients.count("c") == 0);
+  Metrics none(two_lanes(), 0);  // 0: every client in _other, the unnamed one too
+  none.submitted(0, none.client(""));
+  CHECK(none.snapshot().clients.count("") == 0);
+  CHECK(none.snapshot().clients.at("_other").submitted == 1);
+}
+
 TEST_CASE("a snapshot can be taken while another thread records", "[metrics][threads]") {
   Metrics m(two_lanes(), 50);
   constexpr int n = 25'000;  // x 4 events = 100k events
@@ -429,11 +446,20 @@ TEST_CASE("throughput counts the calls that ended per second over the last 60 wh
     CHECK(m.snapshot(at(3600.5)).total.throughput_per_s == 0.0);
   }
   SECTION("a second's slot is cleared when the ring comes round to it again") {
-    call_ends(0, alice, 61.5, Outcome::succeeded);  // second 61 reuses second 1's slot
-    call_ends(0, alice, 63.5, Outcome::succeeded);  // 62 skipped: cleared, never counted
+    call_ends(0, alice, 61.5, Outcome::succeeded);  // second 61 reuses second 0's slot
+    call_ends(0, alice, 63.5, Outcome::succeeded);  // 62 (second 1's) skipped: cleared
     const auto s = m.snapshot(at(64.5));            // seconds 4-63
     CHECK(s.lanes[0].stats.throughput_per_s == 2.0 / 60);  // not the 2 of second 1
     CHECK(s.lanes[1].stats.throughput_per_s == 0.0);  // bob's lane: its second 1 left too
+  }
+  SECTION("the second under way, counted already, leaves the minute before it whole") {
+    for (int sec = 2; sec <= 60; ++sec) call_ends(0, alice, sec + 0.5, Outcome::succeeded);
+    // Alice's lane, seconds 0-59: 3 + 2 + 58. (Second 60's count took second 0's slot in a
+    // ring of 60: 60 / 60.)
+    const auto s = m.snapshot(at(60.7));
+    CHECK(s.lanes[0].stats.throughput_per_s == 63.0 / 60);
+    CHECK(s.clients.at("alice").throughput_per_s == 63.0 / 60);
+    CHECK(s.total.throughput_per_s == 67.0 / 60);  // + bob's 4 in second 1
   }
   SECTION("a finish time older than the window the ring holds is not counted") {
     call_ends(0, alice, 130.5, Outcome::succeeded);
