@@ -161,14 +161,19 @@ void StreamAccumulator::on_event(const SseEvent& event) {
   const std::string_view type = !event.event.empty() ? std::string_view(event.event)
                                                      : string_at(data, "type");
 
-  // Usage counts are cumulative: a later report of the same count replaces the earlier one.
+  // Usage counts are cumulative: a later report of the same count replaces the earlier one,
+  // but never lowers it (compatible servers send message_delta's input_tokens as 0: the
+  // prompt would come out free, its whole estimate refunded to the budget).
   const auto read_usage = [&](const json* usage) {
     if (!usage || usage->is_null()) return;  // as a non-streamed body's null usage: none
     if (!usage->is_object()) return fail(err(errc::malformed_response));
-    if (const auto v = count_at(*usage, "input_tokens")) input_tokens_ = *v;
-    if (const auto v = count_at(*usage, "cache_creation_input_tokens")) cache_creation_input_tokens_ = *v;
-    if (const auto v = count_at(*usage, "cache_read_input_tokens")) cache_read_input_tokens_ = *v;
-    if (const auto v = count_at(*usage, "output_tokens")) output_tokens_ = *v;
+    const auto take = [&](const char* key, std::int64_t& count) {
+      if (const auto v = count_at(*usage, key)) count = std::max(count, *v);
+    };
+    take("input_tokens", input_tokens_);
+    take("cache_creation_input_tokens", cache_creation_input_tokens_);
+    take("cache_read_input_tokens", cache_read_input_tokens_);
+    take("output_tokens", output_tokens_);
   };
   const auto append_text = [&](const json* text) {
     if (!text || !text->is_string()) return fail(err(errc::malformed_response));

@@ -97,6 +97,7 @@ inline ErrorFields read_error(const json& doc) {
 // The laneq error for an HTTP status alone, once the wire's body rules have had their say.
 inline std::error_code status_error(int status) noexcept {
   if (status == 401 || status == 403) return err(errc::auth);
+  if (status == 402) return err(errc::quota_exceeded);  // Payment Required: credits used up
   if (status == 413) return err(errc::request_too_large);
   if (status == 429) return err(errc::rate_limited);
   if (status == 503 || status == 529) return err(errc::overloaded);
@@ -104,6 +105,18 @@ inline std::error_code status_error(int status) noexcept {
   if (status >= 500 && status <= 599) return err(errc::server_error);
   if (status >= 400 && status <= 499) return err(errc::bad_request);
   return err(errc::malformed_response);  // 1xx, 3xx (redirects are not followed), nonsense
+}
+
+// An error's numeric code that is an HTTP status (vLLM's and OpenRouter's errors in a 200's
+// body or stream say "code": 400 / 402 / 429): that status, else 0.
+inline int status_in_code(std::string_view code) noexcept {
+  if (code.size() != 3) return 0;
+  int n = 0;
+  for (const char c : code) {
+    if (c < '0' || c > '9') return 0;
+    n = n * 10 + (c - '0');
+  }
+  return n >= 400 && n <= 599 ? n : 0;
 }
 
 // The non-streamed parse both wires document: fills out.status / headers / raw and resets the

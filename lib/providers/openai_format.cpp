@@ -101,6 +101,8 @@ std::error_code error_code_for(int status, std::string_view type, std::string_vi
     if (code == "invalid_api_key" || type == "authentication_error") return err(errc::auth);
     if (code == "context_length_exceeded" || type == "invalid_request_error")
       return err(errc::bad_request);
+    // In a 200's body or stream, a numeric code is the status the error would have had.
+    if (const int in_code = detail::status_in_code(code)) return detail::status_error(in_code);
     return err(errc::server_error);
   }
   if (status == 429) return err(too_large ? errc::request_too_large : errc::rate_limited);

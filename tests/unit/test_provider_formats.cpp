@@ -414,6 +414,24 @@ TEST_CASE("OpenAI error codes without a status (an error chunk in a stream) foll
   CHECK(error_code_for(400, "insufficient_quota", "", "") == err(errc::quota_exceeded));
   // "Request too large" only turns a 429 into request_too_large; a 400 stays bad_request.
   CHECK(error_code_for(400, "", "", "Request too large") == err(errc::bad_request));
+  // A numeric code in a 200's body or stream (vLLM, OpenRouter) is the status it stands for.
+  CHECK(error_code_for(0, "BadRequestError", "400", "x") == err(errc::bad_request));
+  CHECK(error_code_for(200, "", "429", "Rate limit exceeded") == err(errc::rate_limited));
+  CHECK(error_code_for(200, "", "402", "Insufficient credits") == err(errc::quota_exceeded));
+  CHECK(error_code_for(0, "", "503", "") == err(errc::overloaded));
+  CHECK(error_code_for(0, "", "4000", "") == err(errc::server_error));  // no status
+  CHECK(error_code_for(402, "", "", "") == err(errc::quota_exceeded));  // Payment Required
+  CHECK(laneq::anthropic::error_code_for(402, "", "") == err(errc::quota_exceeded));
+}
+
+TEST_CASE("an OpenAI stream's error chunk with a numeric code fails as that status") {
+  laneq::openai::StreamAccumulator acc;
+  run_stream(acc, sse_data(R"({"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"}}]})") +
+                      sse_data(R"({"error":{"object":"error","message":"Too many requests",)"
+                               R"("type":"RateLimitError","code":429}})"));
+  Response out;
+  CHECK(acc.finish(out) == err(errc::rate_limited));
+  CHECK(out.error_message == "Too many requests");
 }
 
 TEST_CASE("parse_response overwrites everything a reused Response carried from a success") {
@@ -842,6 +860,25 @@ TEST_CASE("a full Anthropic stream yields its text, deltas, stop reason and both
     CHECK(out.usage.rate_exempt_input_tokens == 5);
     CHECK(out.usage.output_tokens == 15);          // from message_delta, replacing the 1
   }
+}
+
+TEST_CASE("an Anthropic stream's later usage of 0 does not take back the counts reported "
+          "before it") {
+  // Compatible servers (sglang, gateways) send message_delta's input_tokens as 0.
+  laneq::anthropic::StreamAccumulator acc;
+  run_stream(acc, anthropic_stream_head + sse_event("content_block_stop",
+                                                    R"({"type":"content_block_stop","index":0})") +
+                      sse_event("message_delta",
+                                R"({"type":"message_delta","delta":{"stop_reason":"end_turn"},)"
+                                R"("usage":{"input_tokens":0,"cache_creation_input_tokens":0,)"
+                                R"("cache_read_input_tokens":0,"output_tokens":15}})") +
+                      sse_event("message_stop", R"({"type":"message_stop"})"));
+  Response out;
+  CHECK_FALSE(acc.finish(out));
+  CHECK(out.usage.input_tokens == 25 + 10 + 5);
+  CHECK(out.usage.rate_exempt_input_tokens == 5);
+  CHECK(out.usage.output_tokens == 15);
+  CHECK(out.raw["usage"]["input_tokens"] == 25);
 }
 
 TEST_CASE("an Anthropic error event after a 200 fails the request with its type and message") {
