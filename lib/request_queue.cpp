@@ -925,8 +925,7 @@ class queue_impl : public std::enable_shared_from_this<queue_impl> {
   RateCost estimated_cost(const submit_op_base& op, std::int64_t prompt_tokens) const {
     return {.requests = 1,
             .input_tokens = prompt_tokens,
-            .output_tokens = op.request.max_tokens > 0 ? op.request.max_tokens
-                                                       : cfg_.default_max_tokens};
+            .output_tokens = reserved_output_tokens(op.request, cfg_.default_max_tokens)};
   }
 
   // What a turn in its lane costs the request (DRR): SubmitOptions::cost, or with

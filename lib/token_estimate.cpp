@@ -78,6 +78,29 @@ std::int64_t estimate_prompt_tokens(const Request& request) {
   return (narrow + 3) / 4 + (3 * wide3 + 1) / 2 + 2 * wide4 + 4 * n + 3;
 }
 
+std::int64_t reserved_output_tokens(const Request& request, std::int64_t default_max_tokens) {
+  constexpr std::int64_t most = std::int64_t{1} << 50;
+  std::int64_t reserved = request.max_tokens > 0 ? request.max_tokens : default_max_tokens;
+  if (request.extra.is_object()) {  // what the body sends wins, as it does in the body
+    bool in_extra = false;
+    std::int64_t largest = 0;
+    for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+      const auto it = request.extra.find(key);
+      if (it == request.extra.end()) continue;
+      if (it->is_number_unsigned()) {
+        largest = std::max(largest, static_cast<std::int64_t>(
+                                        std::min<std::uint64_t>(it->get<std::uint64_t>(), most)));
+        in_extra = true;
+      } else if (it->is_number_integer()) {
+        largest = std::max(largest, it->get<std::int64_t>());
+        in_extra = true;
+      }
+    }
+    if (in_extra) reserved = largest;
+  }
+  return std::clamp<std::int64_t>(reserved, 0, most);
+}
+
 TokenEstimate estimate_tokens(const Request& request, std::int64_t default_max_tokens,
                               const PromptEstimator& prompt_estimator) {
   TokenEstimate e;
@@ -86,8 +109,7 @@ TokenEstimate estimate_tokens(const Request& request, std::int64_t default_max_t
   // estimator's "infinite" INT64_MAX, or a negative default, would.
   constexpr std::int64_t most = std::int64_t{1} << 50;
   e.prompt = std::clamp<std::int64_t>(e.prompt, 0, most);
-  e.completion = std::clamp<std::int64_t>(
-      request.max_tokens > 0 ? request.max_tokens : default_max_tokens, 0, most);
+  e.completion = reserved_output_tokens(request, default_max_tokens);
   return e;
 }
 

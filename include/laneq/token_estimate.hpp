@@ -25,8 +25,14 @@ using PromptEstimator = std::function<std::int64_t(const Request&)>;
 // strings as U+FFFD, as providers are sent it).
 std::int64_t estimate_prompt_tokens(const Request& request);
 
-// prompt (by `prompt_estimator`, or the default) + max_tokens; when max_tokens is 0 (provider
-// default) `default_max_tokens` is reserved instead. Each part is clamped to [0, 2^50].
+// The output tokens a call reserves, as the provider counts them up front: Request::max_tokens,
+// or `default_max_tokens` when it is 0 (the provider's default). An integer `max_tokens` or
+// `max_completion_tokens` in Request::extra goes out in the body over Request::max_tokens, so
+// that is reserved instead (the larger, if both). Clamped to [0, 2^50].
+std::int64_t reserved_output_tokens(const Request& request, std::int64_t default_max_tokens);
+
+// prompt (by `prompt_estimator`, or the default) + reserved_output_tokens. Each part is
+// clamped to [0, 2^50].
 TokenEstimate estimate_tokens(const Request& request, std::int64_t default_max_tokens = 4096,
                               const PromptEstimator& prompt_estimator = {});
 

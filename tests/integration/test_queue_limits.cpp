@@ -123,10 +123,15 @@ TEST_CASE("a request that can never fit a budget fails at submit", "[queue][limi
     CHECK(ec2 == errc::exceeds_rate_limit);
     auto [ec3, r3] = co_await queue.async_submit(chat("hi", 500), {}, tuple_awaitable);
     CHECK_FALSE(ec3);
+    // extra's max_completion_tokens goes out over max_tokens: it is what the budget must hold
+    auto over = chat("hi", 500);
+    over.extra = {{"max_completion_tokens", 2000}};
+    auto [ec4, r4] = co_await queue.async_submit(over, {}, tuple_awaitable);
+    CHECK(ec4 == errc::exceeds_rate_limit);
     co_await queue.shutdown();
   });
   CHECK(provider.calls() == 1);
-  CHECK(queue.metrics().total.rejected == 2);
+  CHECK(queue.metrics().total.rejected == 3);
 }
 
 TEST_CASE("a prompt estimate beyond 32 bits is judged at its full size, not charged cut short",
