@@ -1047,6 +1047,23 @@ TEST_CASE("the busiest-window counts on a given clock - windows of 1 s and 60 s,
   CHECK(stats.to_json()["requests"] == 7);
 }
 
+TEST_CASE("a start recorded after a later one (threads read the clock before the lock) still "
+          "leaves the window") {
+  laneq::mock::MockStats stats(100);
+  const std::chrono::steady_clock::time_point t0{std::chrono::hours(1)};
+  const laneq::mock::CallInfo call{.path = "/v1/chat/completions"};
+  stats.call_started(call, t0 + 1006ms);
+  stats.call_started(call, t0 + 1005ms);  // came in second
+  CHECK(stats.to_json()["max_in_1s"] == 2);
+  stats.call_started(call, t0 + 2005ms);  // (1005, 2005]: 1006 and 2005, not the late 1005
+  CHECK(stats.to_json()["max_in_1s"] == 2);
+  stats.call_started(call, t0 + 2004ms);  // late again, inside: (1005, 2005] holds 3 now
+  CHECK(stats.to_json()["max_in_1s"] == 3);
+  stats.call_started(call, t0 + 5ms);     // long gone: counted in requests, not in a window
+  CHECK(stats.to_json()["max_in_1s"] == 3);
+  CHECK(stats.to_json()["requests"] == 5);
+}
+
 // --- in-process use and the program ---------------------------------------------------------
 
 TEST_CASE("MockServer runs on the caller's io_context (2 threads) and stop() lets run() return") {

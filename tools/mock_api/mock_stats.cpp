@@ -1,17 +1,23 @@
 #include "mock_api/mock_stats.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace laneq::mock {
 
 void MockStats::Window::add(std::int64_t ms) {
-  if (!slots.empty() && slots.back().first == ms)
-    ++slots.back().second;
+  // Threads read the clock before the lock: a start may come in after a later one. Kept in
+  // order (it lands near the back), so the oldest leave the window first.
+  auto at = slots.end();
+  while (at != slots.begin() && std::prev(at)->first > ms) --at;
+  if (at != slots.begin() && std::prev(at)->first == ms)
+    ++std::prev(at)->second;
   else
-    slots.emplace_back(ms, 1);
+    slots.emplace(at, ms, 1);
   ++sum;
-  // The window ending now is (ms - span, ms]: at millisecond resolution.
-  while (slots.front().first <= ms - span_ms) {
+  // The window ending at the latest start is (end - span, end]: at millisecond resolution.
+  const std::int64_t end = slots.back().first;
+  while (slots.front().first <= end - span_ms) {
     sum -= slots.front().second;
     slots.pop_front();
   }
