@@ -688,30 +688,73 @@ TEST_CASE("scripts/chaos: kill -9, SIGTERM and SIGINT at random moments of runs 
   CHECK(out.find("\"broken_runs\":0") != std::string::npos);
 }
 
-TEST_CASE("scripts/chaos fails a run whose output has a custom_id twice", "[cli][chaos]") {
-  TempDir dir;
-  // A stand-in for laneq: a "mock" that only says where it listens, and a "run" that writes
-  // each input line's custom_id once and the first one again.
+namespace {
+struct ChaosRun {
+  std::string out, err;
+  int exit_code;
+};
+// scripts/chaos, one run of 20 lines with no signals, on a stand-in for laneq: `mock` (a shell
+// line: $1 is "mock") and `run` (shell lines: $2 the input, $4 the output).
+ChaosRun chaos_with_fake(TempDir& dir, const std::string& mock, const std::string& run) {
   const std::string fake = dir.file("laneq");
   {
     std::ofstream f(fake);
-    f << "#!/bin/bash\n"
-         "if [ \"$1\" = mock ]; then echo 'laneq-mock-api listening on 127.0.0.1:9'; exec sleep 60; fi\n"
-         "sed 's/.*\"custom_id\":\"\\([^\"]*\\)\".*/{\"id\":\"x\",\"custom_id\":\"\\1\",\"error\":null}/' \"$2\" > \"$4\"\n"
-         "head -n 1 \"$4\" >> \"$4\"\n";
+    f << "#!/bin/bash\nif [ \"$1\" = mock ]; then " << mock << "; fi\n" << run;
   }
   fs::permissions(fake, fs::perms::owner_all);
   ChildProcess p("/bin/bash", {LANEQ_SOURCE_DIR "/scripts/chaos", "--bin", fake, "--runs", "1",
                                "--lines", "20", "--kills", "0"},
                  {"CHAOS_KEEP=" + dir.file("kept")});
-  const std::string out = p.read_stdout(false, 60s);
-  const std::string err = p.read_stderr(false, 1s);
-  INFO(out << err);
-  CHECK(p.exit_code(10s) == 1);
-  CHECK(out.find("20 of 20 custom_ids, 1 twice") != std::string::npos);
-  CHECK(out.find("\"broken_runs\":1") != std::string::npos);
-  CHECK(err.find("broke an invariant") != std::string::npos);
+  ChaosRun r;
+  r.out = p.read_stdout(false, 60s);
+  r.err = p.read_stderr(false, 1s);
+  r.exit_code = p.exit_code(10s);
+  return r;
+}
+const std::string fake_mock_listens =
+    "echo 'laneq-mock-api listening on 127.0.0.1:9'; exec sleep 60";
+// Each input line's custom_id once, answered.
+const std::string fake_run_answers =
+    "sed 's/.*\"custom_id\":\"\\([^\"]*\\)\".*/{\"id\":\"x\",\"custom_id\":\"\\1\",\"error\":null}/' \"$2\" > \"$4\"\n";
+}  // namespace
+
+TEST_CASE("scripts/chaos fails a run whose output has a custom_id twice", "[cli][chaos]") {
+  TempDir dir;
+  const auto r =
+      chaos_with_fake(dir, fake_mock_listens, fake_run_answers + "head -n 1 \"$4\" >> \"$4\"\n");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("20 of 20 custom_ids, 1 twice") != std::string::npos);
+  CHECK(r.out.find("\"broken_runs\":1") != std::string::npos);
+  CHECK(r.err.find("broke an invariant") != std::string::npos);
   CHECK(fs::exists(dir.file("kept")));
+}
+
+TEST_CASE("scripts/chaos fails a run whose mock crashed, or whose lines failed in bulk",
+          "[cli][chaos]") {
+  // Every custom_id once, yet nothing was served: a mock that crashed (its calls then all
+  // fail, which exit 1 allows) or a laneq that fails every call.
+  const std::string run_fails =
+      "sed 's/.*\"custom_id\":\"\\([^\"]*\\)\".*/{\"custom_id\":\"\\1\",\"error\":{\"code\":\"network\"}}/' \"$2\" > \"$4\"; exit 1\n";
+  const struct {
+    const char* what;
+    std::string mock, run, says;
+  } cases[] = {
+      {"the mock crashed", "echo 'laneq-mock-api listening on 127.0.0.1:9'; kill -SEGV $$",
+       fake_run_answers, "the mock exited 139"},
+      {"every line failed", fake_mock_listens, run_fails,
+       "20 of 20 lines failed, more than a quarter"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    TempDir dir;
+    const auto r = chaos_with_fake(dir, c.mock, c.run);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.find("20 of 20 custom_ids, 0 twice") != std::string::npos);
+    CHECK(r.out.find("\"broken_runs\":1") != std::string::npos);
+    CHECK(r.err.find(c.says) != std::string::npos);
+  }
 }
 
 TEST_CASE("scripts/chaos refuses a bad flag with a message and exit 2, before it runs anything",
