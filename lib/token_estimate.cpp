@@ -1,6 +1,7 @@
 #include "laneq/token_estimate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -80,23 +81,23 @@ std::int64_t estimate_prompt_tokens(const Request& request) {
 
 std::int64_t reserved_output_tokens(const Request& request, std::int64_t default_max_tokens) {
   constexpr std::int64_t most = std::int64_t{1} << 50;
+  const auto clamped = [](long double v) {
+    return v >= static_cast<long double>(most) ? most
+                                               : std::max<std::int64_t>(0, std::llround(std::ceil(v)));
+  };
   std::int64_t reserved = request.max_tokens > 0 ? request.max_tokens : default_max_tokens;
-  if (request.extra.is_object()) {  // what the body sends wins, as it does in the body
-    bool in_extra = false;
-    std::int64_t largest = 0;
+  // extra's keys go out beside the provider's own field (max_tokens, or max_completion_tokens)
+  // or over it, and the server may take either: the larger is reserved. A null is the
+  // provider's default.
+  if (request.extra.is_object()) {
     for (const char* key : {"max_tokens", "max_completion_tokens"}) {
       const auto it = request.extra.find(key);
       if (it == request.extra.end()) continue;
-      if (it->is_number_unsigned()) {
-        largest = std::max(largest, static_cast<std::int64_t>(
-                                        std::min<std::uint64_t>(it->get<std::uint64_t>(), most)));
-        in_extra = true;
-      } else if (it->is_number_integer()) {
-        largest = std::max(largest, it->get<std::int64_t>());
-        in_extra = true;
-      }
+      if (it->is_null()) reserved = std::max(reserved, default_max_tokens);
+      else if (it->is_number_unsigned()) reserved = std::max(reserved, clamped(it->get<std::uint64_t>()));
+      else if (it->is_number_integer()) reserved = std::max(reserved, it->get<std::int64_t>());
+      else if (it->is_number_float()) reserved = std::max(reserved, clamped(it->get<double>()));
     }
-    if (in_extra) reserved = largest;
   }
   return std::clamp<std::int64_t>(reserved, 0, most);
 }

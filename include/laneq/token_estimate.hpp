@@ -26,9 +26,10 @@ using PromptEstimator = std::function<std::int64_t(const Request&)>;
 std::int64_t estimate_prompt_tokens(const Request& request);
 
 // The output tokens a call reserves, as the provider counts them up front: Request::max_tokens,
-// or `default_max_tokens` when it is 0 (the provider's default). An integer `max_tokens` or
-// `max_completion_tokens` in Request::extra goes out in the body over Request::max_tokens, so
-// that is reserved instead (the larger, if both). Clamped to [0, 2^50].
+// or `default_max_tokens` when it is 0 (the provider's default). A `max_tokens` or
+// `max_completion_tokens` in Request::extra goes out in the body too, over the provider's own
+// field or beside it (the server may take either): the largest of them is reserved (a null
+// one counts as `default_max_tokens`). Clamped to [0, 2^50].
 std::int64_t reserved_output_tokens(const Request& request, std::int64_t default_max_tokens);
 
 // prompt (by `prompt_estimator`, or the default) + reserved_output_tokens. Each part is

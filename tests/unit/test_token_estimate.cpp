@@ -33,24 +33,34 @@ TEST_CASE("max_tokens 0 reserves the configured default completion", "[tokens]")
   CHECK(laneq::estimate_tokens(r, 1000).completion == 1000);
 }
 
-TEST_CASE("an integer max_tokens or max_completion_tokens in extra is reserved: the body sends it",
-          "[tokens]") {
+TEST_CASE("a max_tokens or max_completion_tokens in extra is reserved when larger: the body "
+          "sends it too", "[tokens]") {
   Request r{.messages = {{"user", "hi"}}};
   r.extra = {{"max_completion_tokens", 50000}};
   CHECK(laneq::estimate_tokens(r).completion == 50000);  // not the default's 4096
   CHECK(laneq::reserved_output_tokens(r, 4096) == 50000);
-  r.max_tokens = 100;  // extra goes out over it
+  r.max_tokens = 100;
   CHECK(laneq::reserved_output_tokens(r, 4096) == 50000);
-  r.extra = {{"max_tokens", 20}, {"max_completion_tokens", 300}};
-  CHECK(laneq::reserved_output_tokens(r, 4096) == 300);  // both sent: the larger
+  // Smaller than the field: the provider's field (max_completion_tokens for api.openai.com)
+  // goes out beside extra's max_tokens, and the server may take the field's.
+  r.max_tokens = 5000;
   r.extra = {{"max_tokens", 20}};
-  CHECK(laneq::reserved_output_tokens(r, 4096) == 20);
+  CHECK(laneq::reserved_output_tokens(r, 4096) == 5000);
+  r.extra = {{"max_tokens", 20}, {"max_completion_tokens", 7000}};
+  CHECK(laneq::reserved_output_tokens(r, 4096) == 7000);
   r.extra = {{"max_tokens", "many"}, {"user", "u"}};  // not a count: the field's
-  CHECK(laneq::reserved_output_tokens(r, 4096) == 100);
+  CHECK(laneq::reserved_output_tokens(r, 4096) == 5000);
+  r.extra = {{"max_tokens", 9000.5}};
+  CHECK(laneq::reserved_output_tokens(r, 4096) == 9001);
+  r.max_tokens = 100;
+  r.extra = {{"max_tokens", nullptr}};  // the provider's default
+  CHECK(laneq::reserved_output_tokens(r, 4096) == 4096);
   r.extra = {{"max_tokens", std::numeric_limits<std::uint64_t>::max()}};
   CHECK(laneq::reserved_output_tokens(r, 4096) == std::int64_t{1} << 50);
+  r.extra = {{"max_tokens", 1e300}};
+  CHECK(laneq::reserved_output_tokens(r, 4096) == std::int64_t{1} << 50);
   r.extra = {{"max_tokens", -7}};
-  CHECK(laneq::reserved_output_tokens(r, 4096) == 0);
+  CHECK(laneq::reserved_output_tokens(r, 4096) == 100);
 }
 
 TEST_CASE("a pluggable prompt estimator replaces the default, never below zero", "[tokens]") {
