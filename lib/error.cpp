@@ -48,8 +48,8 @@ class category final : public std::error_category {
                "or by the provider (400/404/422); Response::error_message says why";
       case errc::request_too_large:
         return "request_too_large: the request exceeds what the provider accepts (its size, or "
-               "prompt + max_tokens beyond the account's tokens-per-minute limit); shorten it or "
-               "lower max_tokens";
+               "prompt + max_tokens beyond the account's tokens-per-minute limit), or its prompt "
+               "estimate what laneq carries (2^31 - 1 tokens); shorten it or lower max_tokens";
       case errc::quota_exceeded:
         return "quota_exceeded: the account's quota is used up (not a rate limit; do not retry)";
       case errc::server_error:

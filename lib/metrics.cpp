@@ -98,12 +98,13 @@ struct counter {
 // Requests that ended in flight, per second over the last minute: a count per whole second
 // since the Metrics began, in a ring of 61: the 60 whole seconds before `now` and the second
 // under way, which the recorder may have counted already (in a ring of 60 it took the oldest
-// whole second's slot: a minute of steady load read 59/60 of its rate). The recorder zeroes the seconds it skips as it
-// moves on (nothing runs on a timer); a reader sums the 60 whole seconds before `now` that the
-// ring still holds. `newest` is published with release after the skipped seconds are zeroed,
-// so a reader that sees it sees them cleared. A reader racing the recorder into a new second
-// (its `now` at or past the recorder's) may read that one slot as it is being reused (its old
-// count, 0, or the new second's): off by one second's count, either way, for that snapshot.
+// whole second's slot: a minute of steady load read 59/60 of its rate). The recorder zeroes
+// the seconds it skips as it moves on (nothing runs on a timer); a reader sums the 60 whole
+// seconds before `now` that the ring still holds. `newest` is published with release after
+// the skipped seconds are zeroed, so a reader that sees it sees them cleared. A reader whose
+// `now` is still the second the recorder is leaving (its clock a moment behind) may read the
+// slot the recorder is reusing for the next one (its old count, 0, or the new second's): off
+// by one second's count, either way, for that snapshot.
 struct throughput_ring {
   static constexpr std::int64_t window_s = 60;
   static constexpr std::int64_t slots = window_s + 1;

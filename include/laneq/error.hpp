@@ -21,8 +21,9 @@ enum class errc : int {
   overloaded,             // HTTP 529 / 503 overloaded (retryable)
   auth,                   // 401 / 403: bad or missing API key
   bad_request,            // 400 / 404 / 422: the request itself is wrong
-  request_too_large,      // 413 or "request too large": can never succeed as sent
-  quota_exceeded,         // insufficient_quota: billing, not rate
+  request_too_large,      // 413 or "request too large" (or a prompt estimate above 2^31 - 1,
+                          // refused at submit): can never succeed as sent
+  quota_exceeded,         // 402, insufficient_quota: billing, not rate
   server_error,           // 5xx
   network,                // connect / reset / TLS failure
   malformed_response,     // the provider answered something unparseable

@@ -80,8 +80,9 @@ struct QueueConfig {
   std::size_t metrics_max_clients = 1000;    // distinct clients tracked in metrics
 
   // Rate limits (none by default). Workers acquire {1 request, prompt estimate + max_tokens}
-  // before each call and reconcile with the reported usage after it. A request whose estimate
-  // exceeds a whole budget fails at submit with exceeds_rate_limit.
+  // (reserved_output_tokens: extra's max_tokens too) before each call and reconcile with the
+  // reported usage after it. A request whose estimate exceeds a whole budget fails at submit
+  // with exceeds_rate_limit; a prompt estimate above 2^31 - 1 with request_too_large.
   RateLimits rate_limits{};
   // Separate budgets per Request::model (a cheap model's budget is not the expensive one's);
   // models not listed use rate_limits.
@@ -162,8 +163,8 @@ class RequestQueue {
   // Queues a request; completes with void(std::error_code, Response), exactly once, on the
   // handler's associated executor (default: the queue's executor).
   // Errors: bad_request (invalid options or extra), unknown_lane, queue_full,
-  // client_queue_full, shutting_down, exceeds_rate_limit, internal (a token estimator that
-  // threw), and for durable submits no_journal and duplicate_id (at submit); timeout,
+  // client_queue_full, shutting_down, exceeds_rate_limit, request_too_large (a prompt
+  // estimate above 2^31 - 1), internal (a token estimator that threw), and for durable submits no_journal and duplicate_id (at submit); timeout,
   // cancelled, shutting_down, not_started, journal (durable: its row could not be written),
   // internal (an on_delta that threw) (later); provider errors from the last attempt
   // (retryable failures are retried first, see RetryPolicy). A timeout after a failed attempt
@@ -185,7 +186,10 @@ class RequestQueue {
         token, std::move(request), std::move(options));
   }
 
-  // Coroutine convenience: throws RequestError (a std::system_error) on failure.
+  // Coroutine convenience: throws RequestError (a std::system_error) on failure. Beside a
+  // timer in an awaitable_operators `||`, use async_submit(..., as_tuple(use_awaitable)) and
+  // an as_tuple timer: Asio 1.22's `||` waits for a side to succeed, so a submit that throws
+  // at once waits for the timer, which then wins, and its error is lost.
   asio::awaitable<Response> submit(Request request, SubmitOptions options = {});
 
   // Stops admission (new submits fail with shutting_down); with drain, requests waiting for

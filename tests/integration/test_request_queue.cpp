@@ -2324,6 +2324,30 @@ TEST_CASE("co_await (queue.submit(...) || timer) cancels the submit when the tim
   CHECK(provider.seen() == std::vector<std::string>{"blocker"});
 }
 
+TEST_CASE("the README's || with as_tuple on both sides: a submit that fails at once wins with "
+          "its error (the throwing form waits for the timer and loses it)", "[queue][cancel]") {
+  asio::io_context io;
+  RecordingProvider provider({.latency = 1ms});
+  laneq::RequestQueue queue(io.get_executor(), provider, {.workers = 1});
+  queue.start();
+  run(io, [&]() -> asio::awaitable<void> {
+    auto ex = co_await asio::this_coro::executor;
+    const auto t0 = std::chrono::steady_clock::now();
+    asio::steady_timer t(ex, 30s);
+    auto r = co_await (queue.async_submit(chat(), {.timeout = 0ms}, tuple_awaitable) ||
+                       t.async_wait(tuple_awaitable));
+    REQUIRE(r.index() == 0);  // the submit, with its error
+    CHECK(std::get<0>(std::get<0>(r)) == errc::bad_request);
+    CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // not the timer's 30 s
+    asio::steady_timer t2(ex, 30s);  // and a success wins the same way
+    auto ok = co_await (queue.async_submit(chat(), {}, tuple_awaitable) ||
+                        t2.async_wait(tuple_awaitable));
+    REQUIRE(ok.index() == 0);
+    CHECK_FALSE(std::get<0>(std::get<0>(ok)));
+    co_await queue.shutdown();
+  });
+}
+
 TEST_CASE("a ClientId compares with a string_view, a std::string and a literal, both ways",
           "[queue][client]") {
   // (each was ambiguous with a string_view or a std::string: two conversions fit)

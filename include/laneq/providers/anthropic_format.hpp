@@ -56,6 +56,7 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
 //   invalid_request_error with "credit balance   -> quota_exceeded (an empty account: Anthropic
 //   is too low" in its message                      sends it as a 400)
 //   401, 403                                     -> auth
+//   402 (Payment Required)                       -> quota_exceeded
 //   413                                          -> request_too_large
 //   429                                          -> rate_limited
 //   503, 529                                     -> overloaded

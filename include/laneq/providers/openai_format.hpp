@@ -56,6 +56,7 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
 //   429 whose message contains "Request too large"            -> request_too_large
 //   429 otherwise                                             -> rate_limited
 //   401, 403                                                  -> auth
+//   402 (Payment Required)                                    -> quota_exceeded
 //   413                                                       -> request_too_large
 //   503, 529                                                  -> overloaded
 //   408, 409, other 5xx                                       -> server_error
@@ -64,7 +65,8 @@ std::error_code parse_response(int status, const Headers& headers, std::string_v
 //   2xx / 0 (an error body where a result was expected), by the body: "Request too large" ->
 //   request_too_large, rate_limit_exceeded (or type requests / tokens) -> rate_limited,
 //   invalid_api_key / authentication_error -> auth, invalid_request_error /
-//   context_length_exceeded -> bad_request, anything else -> server_error.
+//   context_length_exceeded -> bad_request, a numeric code 400-599 (vLLM, OpenRouter) -> as
+//   that status above, anything else -> server_error.
 // parse_response answers malformed_response for a status outside 200..599 before any of this.
 std::error_code error_code_for(int status, std::string_view type, std::string_view code,
                                std::string_view message) noexcept;
