@@ -5,7 +5,9 @@
 
 #include <cerrno>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -711,12 +713,24 @@ ChaosRun chaos_with_fake(TempDir& dir, const std::string& mock, const std::strin
   r.exit_code = p.exit_code(10s);
   return r;
 }
+// As the mock does: exit 0 on SIGTERM.
 const std::string fake_mock_listens =
-    "echo 'laneq-mock-api listening on 127.0.0.1:9'; exec sleep 60";
+    "echo 'laneq-mock-api listening on 127.0.0.1:9'; trap 'exit 0' TERM; sleep 60 & wait";
 // Each input line's custom_id once, answered.
 const std::string fake_run_answers =
     "sed 's/.*\"custom_id\":\"\\([^\"]*\\)\".*/{\"id\":\"x\",\"custom_id\":\"\\1\",\"error\":null}/' \"$2\" > \"$4\"\n";
 }  // namespace
+
+TEST_CASE("scripts/chaos passes a run of its stand-in for laneq that keeps every invariant",
+          "[cli][chaos]") {
+  TempDir dir;  // (so the failing cases below fail by what each breaks, not by the stand-in)
+  const auto r = chaos_with_fake(dir, fake_mock_listens, fake_run_answers);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("20 of 20 custom_ids, 0 twice, 0 torn lines, 0 lines failed") !=
+        std::string::npos);
+  CHECK(r.out.find("\"broken_runs\":0") != std::string::npos);
+}
 
 TEST_CASE("scripts/chaos fails a run whose output has a custom_id twice", "[cli][chaos]") {
   TempDir dir;
@@ -755,6 +769,23 @@ TEST_CASE("scripts/chaos fails a run whose mock crashed, or whose lines failed i
     CHECK(r.out.find("\"broken_runs\":1") != std::string::npos);
     CHECK(r.err.find(c.says) != std::string::npos);
   }
+}
+
+TEST_CASE("a test's child process is killed with the processes it started (a test that gives "
+          "up on scripts/chaos must not leave its mock server listening)", "[cli][chaos]") {
+  int grandchild = -1;  // a pidfd: readable once that process has ended, whoever reaps it
+  pid_t pid = 0;
+  {
+    ChildProcess p("/bin/bash", {"-c", "sleep 300 & echo $!; wait"});
+    pid = std::stoi(p.read_stdout(true, 30s));
+    grandchild = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    REQUIRE(grandchild >= 0);
+  }  // destroyed while the script still waits
+  pollfd ended{grandchild, POLLIN, 0};
+  const bool gone = ::poll(&ended, 1, 30'000) == 1;
+  CHECK(gone);
+  if (!gone) ::kill(pid, SIGKILL);
+  ::close(grandchild);
 }
 
 TEST_CASE("scripts/chaos refuses a bad flag with a message and exit 2, before it runs anything",

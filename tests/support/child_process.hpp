@@ -1,7 +1,9 @@
 #pragma once
 // ChildProcess: a program run as a child with its stdout and stderr on pipes, for tests and
 // benchmarks that drive real processes (laneq-mock-api, the laneq CLI, a kill -9 crash test).
-// Never leaves a child behind: the destructor SIGKILLs and reaps one still running.
+// Never leaves a child behind: the destructor SIGKILLs and reaps one still running, and its
+// process group with it (the child leads one of its own: a script's children too, e.g.
+// scripts/chaos's mock server when a test gives up on the script).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -53,7 +55,12 @@ class ChildProcess {
     for (auto& e : env_copy)
       if (overridden(e) == &e) envp.push_back(e.data());  // the last of each name
     envp.push_back(nullptr);
-    const int rc = ::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);  // a group of its own, led by the child
+    const int rc = ::posix_spawn(&pid_, exe.c_str(), &fa, &attr, argv.data(), envp.data());
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     ::close(out[1]);
     ::close(err[1]);
@@ -68,6 +75,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
   ~ChildProcess() {
     if (pid_ > 0) {
+      ::kill(-pid_, SIGKILL);  // the group: the child, and what it started that is still in it
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
