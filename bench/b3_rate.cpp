@@ -129,8 +129,9 @@ int run(const std::string& mode, std::chrono::milliseconds length) {
   const auto secs = std::chrono::duration<double>(length).count();
   // The ideal: a full budget at t0, 5 s, 10 s, 15 s (200 requests / 20,000 tokens in 20 s).
   const auto windows = static_cast<long long>(std::ceil(secs / 5));
-  // What the benchmark claims, besides its figures: a limiter that never granted, or one past
-  // its limit, must not exit 0 (bench/run reports it). Starts are stamped at the call, not at
+  // What the benchmark claims, besides its figures: a limiter that never granted, one past
+  // its limit, or one that granted less than its budgets allow (docs/benchmarks.md's targets:
+  // >= 198 of 200 starts, >= 90 % of the ideal tokens) must not exit 0 (bench/run reports it). Starts are stamped at the call, not at
   // the grant: one more in a window may be that stamping's doing.
   const char* broken = nullptr;
   if (tokens) {
@@ -145,6 +146,8 @@ int run(const std::string& mode, std::chrono::milliseconds length) {
         static_cast<long long>(5000 * windows), s.size(), secs, failed);
     if (total == 0) broken = "nothing started";
     else if (most > 5000) broken = "more than 5,000 actual tokens in a 5 s window";
+    else if (total * 10 < 5000 * windows * 9)
+      broken = "below 90 % of the ideal tokens: the limiter held back budget it had";
   } else {
     const auto one = [](const Start&) { return std::int64_t{1}; };
     const std::int64_t most = max_window(s, 5s, one), most_1s = max_window(s, 1s, one);
@@ -155,6 +158,8 @@ int run(const std::string& mode, std::chrono::milliseconds length) {
         static_cast<long long>(50 * windows), secs, failed);
     if (s.empty()) broken = "nothing started";
     else if (most > 50 + 1) broken = "more than the limit (50) started in a 5 s window";
+    else if (static_cast<long long>(s.size()) < 50 * windows - 2)  // (the last may stamp late)
+      broken = "fewer than the ideal - 2 started: the limiter held back budget it had";
     else if (mode == "smooth" && most_1s > 11 + 1)
       broken = "smooth mode started more than 11 in a 1 s window (DESIGN.md)";
   }
