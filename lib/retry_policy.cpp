@@ -119,7 +119,11 @@ RetryDecision decide_retry(const RetryPolicy& policy, std::uint32_t attempts, st
     const double exp = std::min(cap, base * std::ldexp(1.0, static_cast<int>(
                                                                std::clamp<std::uint32_t>(attempts, 1, 63)) - 1));
     const double u = std::clamp(uniform01, 0.0, 1.0);
-    d.delay = nanoseconds(static_cast<nanoseconds::rep>(std::max(0.0, exp * u)));
+    // A wait that holds everyone (a 429, 503 or 529 without the server's advice) is at least
+    // 3/4 of the back-off, the official SDKs' least: a draw near 0 would have every worker
+    // call an overloaded server again within a millisecond.
+    const double least = d.pause_all ? 0.75 : 0.0;
+    d.delay = nanoseconds(static_cast<nanoseconds::rep>(std::max(0.0, exp * (least + (1 - least) * u))));
   }
   if (d.pause_all) d.pause = d.delay;
   if (own > d.delay) {

@@ -18,7 +18,8 @@
 // Delay: `retry-after-ms` / `retry-after` when the server sent one above 0 (up to max_retry_after;
 // beyond it the request fails rather than hold a worker's place for minutes), else for a 429
 // the reset time of an exhausted rate-limit bucket, else exponential backoff with full jitter:
-// uniform [0, min(max_delay, base_delay * 2^(attempt-1))). A 429 without retry-after whose
+// uniform [0, min(max_delay, base_delay * 2^(attempt-1))), or from 3/4 of that bound up when
+// the wait holds every worker (429, 503, 529: the official SDKs' least). A 429 without retry-after whose
 // headers show a bucket with less left than this request needs (but not 0) also holds this
 // request, and only this one, until that bucket has refilled enough (see RetryDecision).
 #include <algorithm>

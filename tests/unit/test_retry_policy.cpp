@@ -253,8 +253,29 @@ TEST_CASE("backoff is full jitter over base times 2^(attempts-1), capped at max_
     const RetryDecision d = decide_retry(p, 2, err_for(429), 429, no_headers, 0.5);
     CHECK(d.retry);
     CHECK_FALSE(d.from_server);
-    CHECK(d.delay == 500ms);
+    CHECK(d.delay == 875ms);  // (a wait for everyone: from 3/4 of the bound, below)
   }
+}
+
+TEST_CASE("a back-off that holds every worker (429, 503, 529) waits at least 3/4 of its bound, "
+          "as the official SDKs do - one that holds its own request keeps full jitter",
+          "[retry]") {
+  RetryPolicy p;
+  p.base_delay = 500ms;
+  p.max_delay = 8000ms;
+  for (const int status : {429, 503, 529}) {
+    INFO("status " << status);
+    const RetryDecision low = decide_retry(p, 1, err_for(status), status, no_headers, 0.0);
+    CHECK(low.pause_all);
+    CHECK(low.delay == 375ms);  // not 0: every worker would call again at once
+    CHECK(low.pause == 375ms);
+    const RetryDecision high = decide_retry(p, 3, err_for(status), status, no_headers, 0.999);
+    CHECK(high.delay < 2000ms);
+    CHECK(high.delay >= 1998ms);
+  }
+  const RetryDecision own = decide_retry(p, 1, err_for(500), 500, no_headers, 0.0);
+  CHECK_FALSE(own.pause_all);
+  CHECK(own.delay == 0ms);
 }
 
 TEST_CASE("retry-after overrides the backoff and marks the delay as the server's", "[retry]") {
@@ -277,7 +298,7 @@ TEST_CASE("retry-after overrides the backoff and marks the delay as the server's
     const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, with_retry_after(0s), 0.5);
     CHECK(d.retry);
     CHECK_FALSE(d.from_server);
-    CHECK(d.delay == 250ms);  // full jitter: 0.5 x 500 ms
+    CHECK(d.delay == 437500us);  // 3/4 of 500 ms + 0.5 x its last quarter
     // ... or the reset of the bucket the server reports as exhausted
     RateLimitInfo info = with_retry_after(0s);
     info.requests.remaining = 0;
@@ -289,7 +310,7 @@ TEST_CASE("retry-after overrides the backoff and marks the delay as the server's
     info.requests.reset_after = 0s;
     const RetryDecision z = decide_retry(policy, 1, err_for(429), 429, info, 0.5);
     CHECK_FALSE(z.from_server);
-    CHECK(z.delay == 250ms);
+    CHECK(z.delay == 437500us);
   }
   SECTION("from the headers: retry-after seconds, retry-after-ms wins") {
     const RetryDecision a =
@@ -375,7 +396,7 @@ TEST_CASE("a 429 without retry-after waits for the reset of an exhausted bucket"
     info.tokens.remaining = 0;  // no reset_after
     const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5);
     CHECK_FALSE(d.from_server);
-    CHECK(d.delay == 250ms);  // backoff
+    CHECK(d.delay == 437500us);  // backoff (from 3/4 of 500 ms: it holds everyone)
   }
   SECTION("only for a 429: other failures back off") {
     RateLimitInfo info;
@@ -400,7 +421,7 @@ TEST_CASE("a 429 without retry-after holds its own request, not the others, for 
     const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
     CHECK(d.retry);
     CHECK(d.pause_all);
-    CHECK(d.pause == 250ms);  // the others: the backoff (they may fit the 500 left)
+    CHECK(d.pause == 437500us);  // the others: the backoff (they may fit the 500 left)
     // this one: until 700 more have come back, at the rate the bucket refills (29,500 in 59 s)
     CHECK(d.delay == 1400ms);
     CHECK(d.from_server);
@@ -410,7 +431,7 @@ TEST_CASE("a 429 without retry-after holds its own request, not the others, for 
     info.tokens.remaining = 500;
     info.tokens.reset_after = 6s;
     const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
-    CHECK(d.pause == 250ms);
+    CHECK(d.pause == 437500us);
     CHECK(d.delay == 6s);
   }
   SECTION("Anthropic's input and output buckets each against their own part") {
@@ -422,18 +443,18 @@ TEST_CASE("a 429 without retry-after holds its own request, not the others, for 
     info.tokens = {.limit = 8'000, .remaining = 100, .reset_after = 60s};
     RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
     CHECK(d.delay == 759'493'671ns);  // 60 s x 100 / 7,900, rounded to the nanosecond
-    CHECK(d.pause == 250ms);
+    CHECK(d.pause == 437500us);
     info.output_tokens.reset_after = 8s;  // 101 ms: shorter than the backoff, which stands
     d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
-    CHECK(d.delay == 250ms);
-    CHECK(d.pause == 250ms);
+    CHECK(d.delay == 437500us);
+    CHECK(d.pause == 437500us);
   }
   SECTION("enough left, or an exhausted bucket: as before") {
     RateLimitInfo info;
     info.tokens = {.limit = 30'000, .remaining = 1'200, .reset_after = 59s};  // exactly fits
     RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
-    CHECK(d.delay == 250ms);
-    CHECK(d.pause == 250ms);
+    CHECK(d.delay == 437500us);
+    CHECK(d.pause == 437500us);
     CHECK_FALSE(d.from_server);
     info.tokens.remaining = 0;  // exhausted: everyone waits for the reset
     d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
@@ -460,13 +481,13 @@ TEST_CASE("a 429 without retry-after holds its own request, not the others, for 
     info.tokens = {.remaining = 500, .reset_after = 90s};
     const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, need);
     CHECK_FALSE(d.retry);
-    CHECK(d.pause == 250ms);
+    CHECK(d.pause == 437500us);
   }
   SECTION("not a 429: no bucket arithmetic") {
     RateLimitInfo info;
     info.tokens = {.remaining = 500, .reset_after = 20s};
     const RetryDecision d = decide_retry(policy, 1, err_for(500), 500, info, 0.5, need);
-    CHECK(d.delay == 250ms);
+    CHECK(d.delay == 250ms);  // full jitter: it holds this request only
     CHECK(d.pause == 0ns);  // no pause_all
   }
   SECTION("a need above the stated limit never fits: no wait for it, the backoff") {
@@ -474,7 +495,7 @@ TEST_CASE("a 429 without retry-after holds its own request, not the others, for 
     info.tokens = {.limit = 30'000, .remaining = 500, .reset_after = 59s};
     const laneq::RateCost big{.input_tokens = 40'000, .output_tokens = 200};
     const RetryDecision d = decide_retry(policy, 1, err_for(429), 429, info, 0.5, big);
-    CHECK(d.delay == 250ms);
+    CHECK(d.delay == 437500us);
     CHECK_FALSE(d.from_server);
   }
   SECTION("a need of absurd size does not overflow") {
