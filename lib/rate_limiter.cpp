@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -170,27 +171,50 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
     return static_cast<int>(detail::aged_rank(priority, since, step, now));
   }
 
-  // Moves aging waiters up to the priority they have reached; returns when the next one
-  // improves again (never: none will), so the timer can look at the head again then.
+  // When a waiter aging from `since` by `step` improves next, after `now`.
+  static steady::time_point next_step(steady::time_point since, steady::duration step,
+                                      steady::time_point now) {
+    const auto stepped = now <= since ? 0 : (now - since) / step;
+    return since + (stepped + 1) * step;
+  }
+
+  void add_aging(std::uint64_t arrival, const key& k, steady::duration step,
+                 steady::time_point now) {
+    const auto next = next_step(steady::time_point(steady::duration(std::get<1>(k))), step, now);
+    aging.emplace(arrival, aging_entry{k, next});
+    aging_due.emplace(next, arrival);
+  }
+  void erase_aging(std::uint64_t arrival) {
+    const auto a = aging.find(arrival);
+    if (a == aging.end()) return;
+    if (a->second.next != never) aging_due.erase({a->second.next, arrival});
+    aging.erase(a);
+  }
+
+  // Moves the aging waiters whose next step has come up to the priority they have reached;
+  // returns when the next one improves again (never: none will), so the timer can look at the
+  // head again then. Only those due are touched: O(log A) per step of a waiter, not a walk
+  // over all A at each of the A wake-ups a step period brings.
   steady::time_point reage(steady::time_point now) {
-    steady::time_point next = never;
-    for (auto& [arrival, k] : aging) {
-      auto it = waiters.find(k);
-      const steady::time_point since{steady::duration(std::get<1>(k))};
+    while (!aging_due.empty() && aging_due.begin()->first <= now) {
+      const std::uint64_t arrival = aging_due.begin()->second;
+      aging_due.erase(aging_due.begin());
+      aging_entry& e = aging.at(arrival);
+      auto it = waiters.find(e.k);
+      const steady::time_point since{steady::duration(std::get<1>(e.k))};
       const auto step = it->second.age_step;  // read first: extract() invalidates `it`
       const int p = aged(it->second.priority, since, step, now);
-      if (p < std::get<0>(k)) {
+      if (p < std::get<0>(e.k)) {
         auto node = waiters.extract(it);
-        k = key{p, std::get<1>(k), arrival};
-        node.key() = k;
+        e.k = key{p, std::get<1>(e.k), arrival};
+        node.key() = e.k;
         waiters.insert(std::move(node));
       }
-      if (p > 0) {
-        const auto stepped = now <= since ? 0 : (now - since) / step;
-        next = std::min(next, since + (stepped + 1) * step);
-      }
+      // At 0 it ages no more; it stays in `aging`, where its key is found.
+      e.next = p > 0 ? next_step(since, step, now) : never;
+      if (e.next != never) aging_due.emplace(e.next, arrival);
     }
-    return next;
+    return aging_due.empty() ? never : aging_due.begin()->first;
   }
 
   void service_waiters(ready_list& ready) {
@@ -203,7 +227,7 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
         arm(std::min(g.ready_at, next_aging));  // an aged waiter may become the head first
         return;
       }
-      if (it->second.age_step.count() > 0) aging.erase(std::get<2>(it->first));
+      if (it->second.age_step.count() > 0) erase_aging(std::get<2>(it->first));
       if (g.granted) ++granted;
       ready.emplace_back(std::move(it->second.done),
                          std::pair{g.never ? make_error_code(errc::exceeds_rate_limit)
@@ -222,7 +246,7 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
         ++it;
         continue;
       }
-      if (it->second.age_step.count() > 0) aging.erase(std::get<2>(it->first));
+      if (it->second.age_step.count() > 0) erase_aging(std::get<2>(it->first));
       ready.emplace_back(std::move(it->second.done),
                          std::pair{make_error_code(errc::exceeds_rate_limit),
                                    RateLimiter::Ticket{0}});
@@ -303,7 +327,14 @@ struct limiter_state : std::enable_shared_from_this<limiter_state> {
   std::array<std::size_t, k_count> index{};  // kind -> budget index, npos = none
   RateBudgets budgets;
   std::map<key, waiter> waiters;
-  std::map<std::uint64_t, key> aging;  // arrival -> current key, for waiters whose rank ages
+  // Waiters whose rank ages, by arrival: their current key, and when they improve next
+  // (never: at 0); `aging_due` orders the latter.
+  struct aging_entry {
+    key k;
+    steady::time_point next;
+  };
+  std::map<std::uint64_t, aging_entry> aging;
+  std::set<std::pair<steady::time_point, std::uint64_t>> aging_due;
   std::uint64_t next_arrival = 0;
   std::uint64_t granted = 0;
   std::uint64_t pauses = 0;
@@ -330,8 +361,8 @@ struct canceller {
       std::lock_guard lock(s->mu);
       auto k = key;
       if (const auto a = s->aging.find(std::get<2>(key)); a != s->aging.end()) {
-        k = a->second;
-        s->aging.erase(a);
+        k = a->second.k;
+        s->erase_aging(std::get<2>(key));
       }
       auto it = s->waiters.find(k);
       if (it == s->waiters.end()) return;  // granted already; its completion is on its way
@@ -361,6 +392,7 @@ RateLimiter::~RateLimiter() {
     std::lock_guard lock(state_->mu);
     dropped.swap(state_->waiters);
     state_->aging.clear();
+    state_->aging_due.clear();
     state_->disarm();
   }
   // `dropped` goes here, outside the lock: a handler's destructor may call back into us.
@@ -394,7 +426,7 @@ void RateLimiter::initiate(RateCost cost, WaitRank rank, asio::cancellation_slot
       s.waiters.emplace(key, detail::limiter_state::waiter{cost, std::move(done), rank.priority,
                                                            rank.age_step});
       const bool ages = rank.age_step.count() > 0 && std::get<0>(key) > 0;
-      if (ages) s.aging.emplace(arrival, key);
+      if (ages) s.add_aging(arrival, key, rank.age_step, now);
       if (slot.is_connected()) slot.emplace<canceller>(canceller{state_, key});
       // The head changed, or an aging waiter came: the timer must also wake at its next step
       // (service re-arms for the earlier of the head's ready time and that).
