@@ -19,7 +19,8 @@
 // beyond it the request fails rather than hold a worker's place for minutes), else for a 429
 // the reset time of an exhausted rate-limit bucket, else exponential backoff with full jitter:
 // uniform [0, min(max_delay, base_delay * 2^(attempt-1))), or from 3/4 of that bound up when
-// the wait holds every worker (429, 503, 529: the official SDKs' least). A 429 without retry-after whose
+// the wait holds every worker (pause_all: rate_limited, overloaded, a 529; the official SDKs'
+// least, which they use for every retry). A 429 without retry-after whose
 // headers show a bucket with less left than this request needs (but not 0) also holds this
 // request, and only this one, until that bucket has refilled enough (see RetryDecision).
 #include <algorithm>
