@@ -199,20 +199,26 @@ TEST_CASE("a connection waits for a slow name lookup no longer than the lookup t
   // curl's resolver thread wakes curl through a socket pair; unwatched, curl only looked at the
   // lookup on its back-off timer (1, 3, 7 ... 255 ms, then every 250 ms): 256 ms became 505.
   laneq::mock::MockServerThread mock;
-  asio::io_context io;
-  laneq::CurlTransport transport(io.get_executor());
   const std::string url = "http://api.slow-dns.test:" + std::to_string(mock.port()) + "/stats";
-  std::chrono::steady_clock::duration took{};
-  std::chrono::steady_clock::time_point done{};
-  laneq::test::run(io, [&]() -> asio::awaitable<void> {
-    const auto t0 = std::chrono::steady_clock::now();
-    laneq::HttpRequest get{.method = "GET", .url = url};
-    auto [ec, r] = co_await laneq::async_http(transport, std::move(get), tuple_awaitable);
-    done = std::chrono::steady_clock::now();
-    took = done - t0;
-    CHECK_FALSE(ec);
-  });
-  CHECK(took >= 256ms);
-  // The rest of the exchange after the lookup returned: the back-off made it ~250 ms more.
-  CHECK(done - slow_lookup_returned.load() < 200ms);
+  // The rest of the exchange after the lookup returned: the back-off made it ~250 ms more on
+  // every try; a machine that stalls (other tests beside this one on 2 cores) only on some.
+  // Up to 3 tries, each with its own transport (curl caches the name).
+  std::chrono::steady_clock::duration best = std::chrono::hours(1);
+  for (int attempt = 0; attempt < 3 && best >= 200ms; ++attempt) {
+    asio::io_context io;
+    laneq::CurlTransport transport(io.get_executor());
+    std::chrono::steady_clock::duration took{};
+    std::chrono::steady_clock::time_point done{};
+    laneq::test::run(io, [&]() -> asio::awaitable<void> {
+      const auto t0 = std::chrono::steady_clock::now();
+      laneq::HttpRequest get{.method = "GET", .url = url};
+      auto [ec, r] = co_await laneq::async_http(transport, std::move(get), tuple_awaitable);
+      done = std::chrono::steady_clock::now();
+      took = done - t0;
+      CHECK_FALSE(ec);
+    });
+    CHECK(took >= 256ms);
+    best = std::min(best, done - slow_lookup_returned.load());
+  }
+  CHECK(best < 200ms);
 }
