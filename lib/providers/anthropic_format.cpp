@@ -57,6 +57,10 @@ std::error_code read_message(const json& doc, const json& content, Response& out
   return {};
 }
 
+// The Messages API has no "system" role, and no "developer" (OpenAI's name for instructions to
+// its reasoning models, in provider-neutral code): both go to the top-level "system".
+bool is_system(const std::string& role) { return role == "system" || role == "developer"; }
+
 }  // namespace
 
 std::string request_body(const Request& request, std::int32_t fallback_max_tokens) {
@@ -73,7 +77,7 @@ std::string request_body(const Request& request, std::int32_t fallback_max_token
     std::string system;
     bool has_system = false, first = true;
     for (const Message& m : request.messages) {
-      if (m.role == "system") {  // the Messages API has no "system" role: see below
+      if (is_system(m.role)) {
         if (has_system) system += "\n\n";
         system += m.content;
         has_system = true;
@@ -104,7 +108,7 @@ std::string request_body(const Request& request, std::int32_t fallback_max_token
   bool has_system = false;
   json& messages = body["messages"] = json::array();
   for (const Message& m : request.messages) {
-    if (m.role == "system") {
+    if (is_system(m.role)) {
       if (has_system) system += "\n\n";
       system += m.content;
       has_system = true;

@@ -11,6 +11,21 @@
 
 namespace laneq {
 
+namespace {
+// OpenAI's own API: https://api.openai.com, or a regional host of it (eu.api.openai.com for
+// data residency), which take the current field name.
+bool openai_itself(std::string_view url) {
+  constexpr std::string_view scheme = "https://";
+  if (!detail::istarts_with(url, scheme)) return false;
+  std::string_view host = url.substr(scheme.size());
+  host = host.substr(0, host.find_first_of("/:?#"));
+  constexpr std::string_view own = "api.openai.com";
+  return host.size() >= own.size() &&
+         detail::iequals(host.substr(host.size() - own.size()), own) &&
+         (host.size() == own.size() || host[host.size() - own.size() - 1] == '.');
+}
+}  // namespace
+
 OpenAIProvider::OpenAIProvider(Transport& transport, OpenAIConfig config) : transport_(transport) {
   auto ep = detail::resolve_endpoint(std::move(config.api_key), "OPENAI_API_KEY",
                                      std::move(config.base_url), "OPENAI_BASE_URL",
@@ -24,7 +39,7 @@ OpenAIProvider::OpenAIProvider(Transport& transport, OpenAIConfig config) : tran
   detail::check_headers(headers_, "OpenAI");
   std::string_view field = config.max_tokens_field;
   if (field.empty())  // OpenAI itself takes the current name; compatible servers the old one
-    field = detail::istarts_with(url_, "https://api.openai.com/") ? "max_completion_tokens" : "max_tokens";
+    field = openai_itself(url_) ? "max_completion_tokens" : "max_tokens";
   if (field != "max_tokens" && field != "max_completion_tokens")
     throw std::system_error(make_error_code(errc::invalid_config),
                             "OpenAI: OpenAIConfig::max_tokens_field must be \"max_completion_tokens\" "

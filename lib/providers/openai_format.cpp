@@ -31,15 +31,31 @@ std::error_code fill_error(int status, const ErrorFields& e, std::string& error_
   return error_code_for(status, e.type, e.code, e.message);
 }
 
+// A message's (or a delta's) content: a string, or (Mistral's reasoning models, gateways in
+// front of others) an array of parts, whose "text" parts are the text (the others, e.g.
+// "thinking", stay in raw). False: neither, a malformed answer.
+bool append_content(const json& content, std::string& out) {
+  if (content.is_string()) {
+    out += content.get_ref<const std::string&>();
+    return true;
+  }
+  if (!content.is_array()) return false;
+  for (const json& part : content)
+    if (part.is_object() && string_at(part, "type") == "text")
+      if (const json* text = member(part, "text"); text && text->is_string())
+        out += text->get_ref<const std::string&>();
+  return true;
+}
+
 // A 2xx body: {"choices": [{"message": {"content"}, "finish_reason"}], "usage": {...}}.
 std::error_code read_completion(const json& doc, const json& choices, Response& out) {
   if (!choices.is_array() || choices.empty()) return err(errc::malformed_response);
   const json& first = choices.front();
   const json* message = member(first, "message");
   if (!message || !message->is_object()) return err(errc::malformed_response);
-  if (const json* content = member(*message, "content")) {
-    if (content->is_string()) out.text = content->get_ref<const std::string&>();
-    else if (!content->is_null()) return err(errc::malformed_response);
+  if (const json* content = member(*message, "content"); content && !content->is_null()) {
+    out.text.clear();
+    if (!append_content(*content, out.text)) return err(errc::malformed_response);
   }
   out.finish_reason = string_at(first, "finish_reason");
   if (const json* usage = member(doc, "usage")) read_usage(*usage, out.usage);
@@ -142,8 +158,13 @@ void StreamAccumulator::on_event(const SseEvent& event) {
       if (const json* delta = member(choice, "delta"); delta && !delta->is_null()) {
         if (!delta->is_object()) return fail(err(errc::malformed_response));
         if (const json* content = member(*delta, "content"); content && !content->is_null()) {
-          if (!content->is_string()) return fail(err(errc::malformed_response));
-          append(content->get_ref<const std::string&>());
+          if (content->is_string()) {
+            append(content->get_ref<const std::string&>());
+          } else {
+            std::string text;
+            if (!append_content(*content, text)) return fail(err(errc::malformed_response));
+            if (!text.empty()) append(text);
+          }
         }
         if (const json* refusal = member(*delta, "refusal"); refusal && refusal->is_string())
           refusal_ += refusal->get_ref<const std::string&>();

@@ -475,7 +475,11 @@ TEST_CASE("OpenAI's own endpoint gets max_completion_tokens, a compatible server
   laneq::OpenAIProvider compatible(transport, {.api_key = "k", .base_url = "http://127.0.0.1:9"});
   laneq::OpenAIProvider chosen(transport, {.api_key = "k", .base_url = "http://127.0.0.1:9",
                                            .max_tokens_field = "max_completion_tokens"});
-  for (laneq::OpenAIProvider* p : {&official, &official_v1, &compatible, &chosen}) {
+  // OpenAI's regional host (data residency) is OpenAI itself; a look-alike host is not
+  laneq::OpenAIProvider regional(transport, {.api_key = "k", .base_url = "https://EU.api.openai.com/v1"});
+  laneq::OpenAIProvider lookalike(transport, {.api_key = "k", .base_url = "https://xapi.openai.com.evil.test/v1"});
+  for (laneq::OpenAIProvider* p :
+       {&official, &official_v1, &compatible, &chosen, &regional, &lookalike}) {
     laneq::RequestQueue queue(io.get_executor(), *p, {.workers = 1});
     queue.start();
     run(io, [&]() -> asio::awaitable<void> {
@@ -486,13 +490,17 @@ TEST_CASE("OpenAI's own endpoint gets max_completion_tokens, a compatible server
     });
     io.restart();
   }
-  REQUIRE(transport.bodies.size() == 4);
-  for (const int i : {0, 1, 3}) {
+  REQUIRE(transport.bodies.size() == 6);
+  for (const int i : {0, 1, 3, 4}) {
+    INFO("provider " << i);
     CHECK(transport.bodies[i]["max_completion_tokens"] == 42);
     CHECK_FALSE(transport.bodies[i].contains("max_tokens"));
   }
-  CHECK(transport.bodies[2]["max_tokens"] == 42);
-  CHECK_FALSE(transport.bodies[2].contains("max_completion_tokens"));
+  for (const int i : {2, 5}) {
+    INFO("provider " << i);
+    CHECK(transport.bodies[i]["max_tokens"] == 42);
+    CHECK_FALSE(transport.bodies[i].contains("max_completion_tokens"));
+  }
   CHECK_THROWS_WITH(laneq::OpenAIProvider(transport, {.api_key = "k", .max_tokens_field = "max"}),
                     Catch::Contains("max_tokens_field must be"));
 }

@@ -251,6 +251,15 @@ TEST_CASE("the Anthropic body moves system messages to the top-level system, joi
   no_system.messages = {{"user", "Hi"}};
   CHECK_FALSE(anthropic_body(no_system).contains("system"));
 
+  Request developer = no_system;  // OpenAI's "developer" is no Messages role either
+  developer.messages.insert(developer.messages.begin(), {"developer", "Be terse."});
+  const json d = anthropic_body(developer);
+  CHECK(d["system"] == "Be terse.");
+  CHECK(d["messages"] == json::array({json{{"role", "user"}, {"content", "Hi"}}}));
+  developer.extra = {{"temperature", 0}};  // the merging path too
+  CHECK(anthropic_body(developer)["system"] == "Be terse.");
+  CHECK(anthropic_body(developer)["messages"].size() == 1);
+
   Request empty_system = no_system;  // an empty system prompt is still sent as given
   empty_system.messages.insert(empty_system.messages.begin(), {"system", ""});
   CHECK(anthropic_body(empty_system)["system"] == "");
@@ -313,6 +322,28 @@ TEST_CASE("an OpenAI completion with null content (tool calls) succeeds with emp
   CHECK(out.finish_reason == "tool_calls");
   CHECK(out.finish() == laneq::Finish::tool_call);
   CHECK(out.usage.total() == 12);
+}
+
+TEST_CASE("an OpenAI completion whose content is an array of parts succeeds with its text parts") {
+  // Mistral's reasoning models (and gateways in front of others) answer so: a billed success,
+  // not malformed_response (which is not retried: the answer was lost).
+  const std::string body = R"({"choices":[{"index":0,"message":{"role":"assistant","content":[
+    {"type":"thinking","thinking":[{"type":"text","text":"hmm"}]},{"type":"text","text":"4"},
+    {"type":"text","text":"2"}]},"finish_reason":"stop"}]})";
+  Response out;
+  CHECK_FALSE(laneq::openai::parse_response(200, {}, body, out));
+  CHECK(out.text == "42");
+  CHECK(out.raw["choices"][0]["message"]["content"][0]["type"] == "thinking");  // kept in raw
+  std::vector<std::string> deltas;
+  laneq::openai::StreamAccumulator acc([&](std::string_view d) { deltas.emplace_back(d); });
+  run_stream(acc, sse_data(R"({"id":"c1","choices":[{"index":0,"delta":{"content":[{"type":"thinking","thinking":[]}]}}]})") +
+                      sse_data(R"({"id":"c1","choices":[{"index":0,"delta":{"content":[{"type":"text","text":"4"}]}}]})") +
+                      sse_data(R"({"id":"c1","choices":[{"index":0,"delta":{"content":"2"},"finish_reason":"stop"}]})") +
+                      "data: [DONE]\n\n");
+  Response streamed;
+  CHECK_FALSE(acc.finish(streamed));
+  CHECK(streamed.text == "42");
+  CHECK(deltas == std::vector<std::string>{"4", "2"});
 }
 
 TEST_CASE("an OpenAI 2xx that is not a completion is malformed_response") {

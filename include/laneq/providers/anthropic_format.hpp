@@ -23,8 +23,9 @@ inline constexpr std::int32_t default_max_tokens = 4096;
 
 // The JSON body for a Request:
 //   {"model", "max_tokens" (Request::max_tokens if > 0, else fallback_max_tokens),
-//    "system"   (the contents of all "system" messages joined by "\n\n"; absent when none),
-//    "messages": [{"role", "content"}, ...]   (every non-system message, in order),
+//    "system"   (the contents of all "system" and "developer" messages joined by "\n\n";
+//               absent when none: the Messages API has neither role),
+//    "messages": [{"role", "content"}, ...]   (every other message, in order),
 //    "stream": true   (only when Request::stream)}
 // Request::extra (a JSON object) is merged in last, top-level key by key, and its keys WIN (e.g.
 // "system" as content blocks with cache_control, "temperature", "tools", rich "messages").

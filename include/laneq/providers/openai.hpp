@@ -21,7 +21,9 @@ struct OpenAIConfig {
   Headers extra_headers{};      // sent with every call
   // The body field Request::max_tokens goes in: "max_completion_tokens" (OpenAI's current name:
   // its o-series and gpt-5 models refuse "max_tokens") or "max_tokens" (what OpenAI-compatible
-  // servers know). "" = max_completion_tokens for https://api.openai.com, max_tokens elsewhere.
+  // servers know). "" = max_completion_tokens for https://api.openai.com (and its regional
+  // hosts, e.g. https://eu.api.openai.com), max_tokens elsewhere (Azure's reasoning models
+  // too take only max_completion_tokens: set it).
   std::string max_tokens_field{};
   // Streams ask for usage in their last chunk (stream_options.include_usage). Off for a
   // compatible server that refuses the field; the rate limiter then keeps its estimate.
