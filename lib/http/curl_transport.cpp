@@ -274,7 +274,12 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, cfg_.verify_tls ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, cfg_.verify_tls ? 2L : 0L);
     if (!cfg_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, cfg_.ca_file.c_str());
-    if (!cfg_.proxy.empty()) curl_easy_setopt(e, CURLOPT_PROXY, cfg_.proxy.c_str());
+    if (!cfg_.proxy.empty()) {
+      curl_easy_setopt(e, CURLOPT_PROXY, cfg_.proxy.c_str());
+      // Every host through it: unset, curl still takes the environment's no_proxy, which
+      // would send some hosts around the proxy the caller named.
+      curl_easy_setopt(e, CURLOPT_NOPROXY, "");
+    }
     curl_easy_setopt(e, CURLOPT_USERAGENT, cfg_.user_agent.c_str());
 #if LIBCURL_VERSION_NUM >= 0x075700
     // A transfer removed while its name lookup runs (cancelled, timed out, transport destroyed)

@@ -256,6 +256,27 @@ TEST_CASE("settings curl would misuse are refused at construction, naming the fi
   laneq::CurlTransport fine(io.get_executor(), {.connect_timeout = std::chrono::milliseconds(0)});
 }
 
+TEST_CASE("a configured proxy takes every host, also one the environment's no_proxy names",
+          "[transport][proxy]") {
+  // The test processes export no_proxy with .test in it (support/catch_main.cpp): unset,
+  // CURLOPT_NOPROXY falls back to it, and this call went straight to a name that resolves
+  // nowhere instead of to the proxy the caller named.
+  OneResponseServer proxy("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+  const std::string port = proxy.url().substr(std::string("http://127.0.0.1:").size());
+  asio::io_context io;
+  laneq::CurlTransport transport(
+      io.get_executor(), {.proxy = "http://127.0.0.1:" + port.substr(0, port.find('/'))});
+  std::pair<std::error_code, laneq::HttpResponse> got;
+  laneq::async_http(transport, {.method = "GET", .url = "http://api.proxied.test/v1/models"},
+                    [&](std::error_code ec, laneq::HttpResponse r) { got = {ec, std::move(r)}; });
+  io.run();
+  INFO(got.first.message() << " " << got.second.error);
+  CHECK_FALSE(got.first);
+  CHECK(got.second.status == 200);
+  CHECK(got.second.body == "ok");
+  CHECK(proxy.request().rfind("GET http://api.proxied.test/v1/models HTTP/1.1\r\n", 0) == 0);
+}
+
 TEST_CASE("cancelling a transfer aborts it and the server sees the connection close",
           "[transport]") {
   laneq::mock::MockServerThread mock({.latency = 5s});

@@ -27,7 +27,7 @@ namespace laneq {
 struct CurlTransportConfig {
   std::string ca_file{};                                   // "" = the system's CA bundle
   bool verify_tls = true;                                  // false only for local experiments
-  std::string proxy{};                                     // "" = from the environment
+  std::string proxy{};  // "" = from the environment; set: every host (no_proxy not read)
   std::chrono::milliseconds connect_timeout{10'000};        // >= 0; 0 = curl's (300 s)
   std::chrono::milliseconds timeout{0};                    // per exchange; 0 = none (deadlines
                                                            // cancel instead)
