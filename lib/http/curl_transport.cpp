@@ -111,7 +111,8 @@ struct curl_transfer {
   int current_status = 0;  // of the header block being read (1xx / redirects come first)
   std::size_t max_body = 0;  // CurlTransportConfig::max_response_bytes
   bool too_large = false;    // the body passed max_body: aborted
-  std::size_t header_bytes = 0;  // of the header block being read
+  std::size_t streamed = 0;  // body bytes handed to request.on_body
+  std::size_t header_bytes = 0;  // of every header block so far (1xx ones too, as curl counts)
   std::string aborted_why;       // a header or write callback aborted the transfer: why
   Transport::executor_type caller;  // work-tracked: the caller's context stays busy
   asio::cancellation_slot slot;
@@ -207,6 +208,12 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
 
   std::error_code setup(curl_transfer& t) {
     t.max_body = cfg_.max_response_bytes;
+    // A method goes into the request line as it is: a line end in it would add a header (or
+    // a request) of its own.
+    if (!detail::is_header_name(t.request.method)) {
+      t.response.error = "the request method is not valid HTTP (a token)";
+      return make_error_code(errc::bad_request);
+    }
     for (const auto& [name, value] : t.request.headers) {
       // Passed to curl as lines: a line end in a value would add a header (or a request) of
       // its own, a NUL would cut it short.
@@ -558,9 +565,9 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
                        std::to_string(max_header_bytes) + " bytes";
       return 0;
     }
-    if (line.starts_with("HTTP/")) {  // a new response block (after 1xx or a redirect)
+    // A new response block (after a 1xx): curl takes the status line in any case.
+    if (detail::istarts_with(line, "HTTP/")) {
       t->response.headers.clear();
-      t->header_bytes = line.size();
       const auto sp = line.find(' ');
       t->current_status = sp == std::string_view::npos ? 0 : std::atoi(line.data() + sp + 1);
       return line.size();
@@ -588,6 +595,14 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     const std::string_view chunk(data, size * n);
     // Streams are delivered as they come; an error body is kept whole for its JSON.
     if (t->request.on_body && t->current_status >= 200 && t->current_status < 300) {
+      // Bounded too: a server that streams deltas without end (broken, hostile, a model in a
+      // loop with no max_tokens) would grow the consumer's text until the deadline, or for
+      // ever on a lane without one. (64 MiB of events is far beyond any model's answer.)
+      t->streamed += chunk.size();
+      if (t->max_body != 0 && t->streamed > t->max_body) {
+        t->too_large = true;
+        return 0;  // abort (CURLE_WRITE_ERROR)
+      }
       try {
         t->request.on_body(chunk);
       } catch (...) {

@@ -56,9 +56,10 @@ class OneResponseServer {
           }
           asio::write(s, asio::buffer(response), ec);
         }) {}
-  ~OneResponseServer() {
+  ~OneResponseServer() { stop(); }
+  // Ends the server: if no exchange happened, a connection that closes at once ends its accept.
+  void stop() {
     if (!thread_.joinable()) return;
-    // No exchange happened (a failed test): a connection that closes at once ends its accept.
     asio::ip::tcp::socket s(io_);
     std::error_code ec;
     s.connect(acceptor_.local_endpoint(), ec);
@@ -388,6 +389,67 @@ TEST_CASE("a response header block larger than 256 KiB aborts its transfer with 
   CHECK(ec == errc::malformed_response);
   CHECK_THAT(r.error, Catch::Contains("headers are larger than"));
   CHECK(r.headers.size() < 20000);
+}
+
+TEST_CASE("1xx header blocks count toward the 256 KiB bound: a flood of 103s is "
+          "malformed_response, not curl's own limit's network error (retried)",
+          "[transport]") {
+  std::string heads;
+  while (heads.size() < (std::size_t{400} << 10))
+    heads += "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+  OneResponseServer server(heads +
+                           "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+  const auto [ec, r] = server.exchange(chat_post(server.url()));
+  CHECK(ec == errc::malformed_response);
+  CHECK_THAT(r.error, Catch::Contains("headers are larger than"));
+}
+
+TEST_CASE("a lowercase status line (curl takes it) still streams its 2xx body", "[transport]") {
+  OneResponseServer server(
+      "http/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 12\r\n"
+      "Connection: close\r\n\r\ndata: hi\n\n\n\n");
+  laneq::HttpRequest req = chat_post(server.url());
+  std::string streamed;
+  req.on_body = [&](std::string_view chunk) { streamed += chunk; };
+  const auto [ec, r] = server.exchange(std::move(req));
+  CHECK_FALSE(ec);
+  CHECK(r.status == 200);
+  CHECK(streamed == "data: hi\n\n\n\n");  // handed on, not kept as a whole body
+  CHECK(r.body.empty());
+  CHECK(r.headers.size() == 3);
+}
+
+TEST_CASE("a method that is not an HTTP token is bad_request, unsent", "[transport]") {
+  OneResponseServer server("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+  laneq::HttpRequest req = chat_post(server.url());
+  req.method = "DELETE /evil HTTP/1.1\r\nX-Injected: yes\r\nX-Pad:";
+  const auto [ec, r] = server.exchange(std::move(req));
+  CHECK(ec == errc::bad_request);
+  CHECK_THAT(r.error, Catch::Contains("method"));
+  server.stop();
+  CHECK(server.request().empty());  // nothing reached the server
+}
+
+TEST_CASE("a stream longer than max_response_bytes aborts with malformed_response",
+          "[transport]") {
+  std::string events;
+  while (events.size() < 4096) events += "data: {\"x\":\"0123456789\"}\n\n";
+  OneResponseServer server("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                           "Content-Length: " + std::to_string(events.size()) +
+                           "\r\nConnection: close\r\n\r\n" + events);
+  asio::io_context io;
+  laneq::CurlTransport small(io.get_executor(), {.max_response_bytes = 1024});
+  laneq::HttpRequest req = chat_post(server.url());
+  std::size_t streamed = 0;
+  req.on_body = [&](std::string_view chunk) { streamed += chunk.size(); };
+  std::pair<std::error_code, laneq::HttpResponse> got;
+  laneq::async_http(small, std::move(req), [&](std::error_code ec, laneq::HttpResponse r) {
+    got = {ec, std::move(r)};
+  });
+  io.run();
+  CHECK(got.first == errc::malformed_response);
+  CHECK_THAT(got.second.error, Catch::Contains("max_response_bytes"));
+  CHECK(streamed <= 1024);
 }
 
 TEST_CASE("a body larger than max_response_bytes aborts its transfer with malformed_response",

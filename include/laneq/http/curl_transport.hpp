@@ -11,9 +11,10 @@
 // transfer cancelled mid-lookup leaves that thread to finish alone instead of joining it).
 // Lifetime: destroy after the io_context stopped running; pending transfers then complete with
 // asio::error::operation_aborted when it runs again (or are destroyed with it). A body larger
-// than max_response_bytes, or a header block larger than 256 KiB, completes with
-// errc::malformed_response. A request header whose name is not an HTTP token or whose value
-// holds a control character (CR, LF, NUL) completes with errc::bad_request, unsent; a header
+// than max_response_bytes (streamed or not), or header blocks larger than 256 KiB in all (1xx
+// ones included), completes with errc::malformed_response. A method that is not an HTTP token,
+// or a request header whose name is not one or whose value holds a control character (CR, LF,
+// NUL), completes with errc::bad_request, unsent; a header
 // with an empty value is sent empty (not dropped, as a bare "Name:" line tells curl to).
 #include <chrono>
 #include <cstddef>
@@ -35,8 +36,9 @@ struct CurlTransportConfig {
   std::size_t max_connections_per_host = 0;                // 0 = unlimited
   std::size_t max_total_connections = 0;                   // 0 = unlimited
   std::string user_agent = "laneq/0.1";
-  // A body (not a stream) larger than this aborts the transfer with malformed_response, so a
-  // broken or hostile server cannot grow memory without bound; 0 = unlimited.
+  // A body larger than this (a stream's too, counted as it is handed on) aborts the transfer
+  // with malformed_response, so a broken or hostile server cannot grow memory without bound;
+  // 0 = unlimited.
   std::size_t max_response_bytes = std::size_t{64} << 20;
 };
 
