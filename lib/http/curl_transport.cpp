@@ -565,11 +565,14 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
                        std::to_string(max_header_bytes) + " bytes";
       return 0;
     }
-    // A new response block (after a 1xx): curl takes the status line in any case.
+    // A new response block (after a 1xx). curl takes a status line in any case, but reads
+    // the code only from "HTTP/": any other spelling is a 200 to it, so to us.
     if (detail::istarts_with(line, "HTTP/")) {
       t->response.headers.clear();
       const auto sp = line.find(' ');
-      t->current_status = sp == std::string_view::npos ? 0 : std::atoi(line.data() + sp + 1);
+      t->current_status = !line.starts_with("HTTP/") ? 200
+                          : sp == std::string_view::npos ? 0
+                                                        : std::atoi(line.data() + sp + 1);
       return line.size();
     }
     // obs-fold (RFC 9112 5.2): a line starting with a space or tab continues the previous

@@ -36,8 +36,8 @@ void start_http_call(Transport& transport, HttpRequest http, const Request& requ
   // page), which no event stream begins with: it is kept and parsed as an answer, not fed to
   // the parser, whose empty result read as a stream cut short (a network error: retried,
   // each retry a billed completion).
-  // (CurlTransportConfig::max_response_bytes' default: the transport does not bound what it
-  // hands to on_body)
+  // (CurlTransportConfig::max_response_bytes' default; the transport bounds what it hands to
+  // on_body by that setting, which a caller may raise or set to 0)
   static constexpr std::size_t max_whole_body = std::size_t{64} << 20;
   struct stream_state {
     enum class kind : unsigned char { unknown, events, whole } body = kind::unknown;

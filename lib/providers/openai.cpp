@@ -18,7 +18,10 @@ bool openai_itself(std::string_view url) {
   constexpr std::string_view scheme = "https://";
   if (!detail::istarts_with(url, scheme)) return false;
   std::string_view host = url.substr(scheme.size());
-  host = host.substr(0, host.find_first_of("/:?#"));
+  host = host.substr(0, host.find_first_of("/?#"));
+  if (const auto at = host.rfind('@'); at != std::string_view::npos) host.remove_prefix(at + 1);
+  host = host.substr(0, host.find(':'));
+  if (host.ends_with('.')) host.remove_suffix(1);  // the root's dot: the same host
   constexpr std::string_view own = "api.openai.com";
   return host.size() >= own.size() &&
          detail::iequals(host.substr(host.size() - own.size()), own) &&

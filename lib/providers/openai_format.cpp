@@ -32,18 +32,23 @@ std::error_code fill_error(int status, const ErrorFields& e, std::string& error_
 }
 
 // A message's (or a delta's) content: a string, or (Mistral's reasoning models, gateways in
-// front of others) an array of parts, whose "text" parts are the text (the others, e.g.
-// "thinking", stay in raw). False: neither, a malformed answer.
-bool append_content(const json& content, std::string& out) {
+// front of others) an array of parts, whose "text" parts are the text and whose "refusal"
+// parts the refusal (the others, e.g. "thinking", stay in a non-streamed raw; a streamed raw
+// keeps the text). False: neither, a malformed answer.
+bool append_content(const json& content, std::string& out, std::string* refusal = nullptr) {
   if (content.is_string()) {
     out += content.get_ref<const std::string&>();
     return true;
   }
   if (!content.is_array()) return false;
-  for (const json& part : content)
-    if (part.is_object() && string_at(part, "type") == "text")
-      if (const json* text = member(part, "text"); text && text->is_string())
-        out += text->get_ref<const std::string&>();
+  for (const json& part : content) {
+    if (!part.is_object()) continue;
+    const std::string_view type = string_at(part, "type");
+    const char* key = type == "text" ? "text" : type == "refusal" && refusal ? "refusal" : nullptr;
+    if (!key) continue;
+    if (const json* v = member(part, key); v && v->is_string())
+      (type == "text" ? out : *refusal) += v->get_ref<const std::string&>();
+  }
   return true;
 }
 
@@ -162,7 +167,8 @@ void StreamAccumulator::on_event(const SseEvent& event) {
             append(content->get_ref<const std::string&>());
           } else {
             std::string text;
-            if (!append_content(*content, text)) return fail(err(errc::malformed_response));
+            if (!append_content(*content, text, &refusal_))
+              return fail(err(errc::malformed_response));
             if (!text.empty()) append(text);
           }
         }

@@ -417,6 +417,17 @@ TEST_CASE("a lowercase status line (curl takes it) still streams its 2xx body", 
   CHECK(streamed == "data: hi\n\n\n\n");  // handed on, not kept as a whole body
   CHECK(r.body.empty());
   CHECK(r.headers.size() == 3);
+  // curl reads the code only after "HTTP/": any other spelling is a 200 to it, and so to us
+  // (a body kept whole while curl says 200 read as a stream cut short)
+  OneResponseServer other("http/1.1 429 Too Many Requests\r\nContent-Length: 12\r\n"
+                          "Connection: close\r\n\r\ndata: hi\n\n\n\n");
+  laneq::HttpRequest again = chat_post(other.url());
+  std::string handed;
+  again.on_body = [&](std::string_view chunk) { handed += chunk; };
+  const auto [ec2, r2] = other.exchange(std::move(again));
+  CHECK_FALSE(ec2);
+  CHECK(r2.status == 200);
+  CHECK(handed == "data: hi\n\n\n\n");
 }
 
 TEST_CASE("a method that is not an HTTP token is bad_request, unsent", "[transport]") {

@@ -478,8 +478,10 @@ TEST_CASE("OpenAI's own endpoint gets max_completion_tokens, a compatible server
   // OpenAI's regional host (data residency) is OpenAI itself; a look-alike host is not
   laneq::OpenAIProvider regional(transport, {.api_key = "k", .base_url = "https://EU.api.openai.com/v1"});
   laneq::OpenAIProvider lookalike(transport, {.api_key = "k", .base_url = "https://xapi.openai.com.evil.test/v1"});
+  // a user name and the root's dot name the same host
+  laneq::OpenAIProvider with_user(transport, {.api_key = "k", .base_url = "https://u:p@api.openai.com./v1"});
   for (laneq::OpenAIProvider* p :
-       {&official, &official_v1, &compatible, &chosen, &regional, &lookalike}) {
+       {&official, &official_v1, &compatible, &chosen, &regional, &lookalike, &with_user}) {
     laneq::RequestQueue queue(io.get_executor(), *p, {.workers = 1});
     queue.start();
     run(io, [&]() -> asio::awaitable<void> {
@@ -490,8 +492,8 @@ TEST_CASE("OpenAI's own endpoint gets max_completion_tokens, a compatible server
     });
     io.restart();
   }
-  REQUIRE(transport.bodies.size() == 6);
-  for (const int i : {0, 1, 3, 4}) {
+  REQUIRE(transport.bodies.size() == 7);
+  for (const int i : {0, 1, 3, 4, 6}) {
     INFO("provider " << i);
     CHECK(transport.bodies[i]["max_completion_tokens"] == 42);
     CHECK_FALSE(transport.bodies[i].contains("max_tokens"));

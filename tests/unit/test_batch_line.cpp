@@ -90,6 +90,8 @@ TEST_CASE("bad lines are reported with their line number and a code, never throw
     "max_tokens":5}})").code == "invalid_body");
   CHECK(bad(R"({"custom_id":"x","url":"/v1/messages","body":{"model":"m","max_tokens":5,
     "messages":[{"role":"system","content":"be terse"}]}})").code == "invalid_body");
+  CHECK(bad(R"({"custom_id":"x","url":"/v1/messages","body":{"model":"m","max_tokens":5,
+    "messages":[{"role":"developer","content":"be terse"}]}})").code == "invalid_body");
   CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","max_tokens":0,
     "messages":[{"role":"user","content":"x"}]}})").code == "invalid_body");
   CHECK(bad(R"({"custom_id":"x","url":"/v1/chat/completions","body":{"model":"m","stream":true,

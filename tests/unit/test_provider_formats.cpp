@@ -336,7 +336,7 @@ TEST_CASE("an OpenAI completion whose content is an array of parts succeeds with
   CHECK(out.raw["choices"][0]["message"]["content"][0]["type"] == "thinking");  // kept in raw
   std::vector<std::string> deltas;
   laneq::openai::StreamAccumulator acc([&](std::string_view d) { deltas.emplace_back(d); });
-  run_stream(acc, sse_data(R"({"id":"c1","choices":[{"index":0,"delta":{"content":[{"type":"thinking","thinking":[]}]}}]})") +
+  run_stream(acc, sse_data(R"({"id":"c1","choices":[{"index":0,"delta":{"content":[{"type":"thinking","thinking":[]},{"type":"refusal","refusal":"no"}]}}]})") +
                       sse_data(R"({"id":"c1","choices":[{"index":0,"delta":{"content":[{"type":"text","text":"4"}]}}]})") +
                       sse_data(R"({"id":"c1","choices":[{"index":0,"delta":{"content":"2"},"finish_reason":"stop"}]})") +
                       "data: [DONE]\n\n");
@@ -344,6 +344,7 @@ TEST_CASE("an OpenAI completion whose content is an array of parts succeeds with
   CHECK_FALSE(acc.finish(streamed));
   CHECK(streamed.text == "42");
   CHECK(deltas == std::vector<std::string>{"4", "2"});
+  CHECK(streamed.raw["choices"][0]["message"]["refusal"] == "no");
 }
 
 TEST_CASE("an OpenAI 2xx that is not a completion is malformed_response") {

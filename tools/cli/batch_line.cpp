@@ -82,8 +82,10 @@ Request build_request(const json& body, std::string_view url) {
       for (const json& m : value) {
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content"))
           bad("invalid_body", "each of body.messages needs a \"role\" and a \"content\"");
-        // (Anthropic's format moves system messages to "system": they alone are no conversation.)
-        if (url != "/v1/messages" || m["role"] != "system") has_messages = true;
+        // (Anthropic's format moves system and developer messages to "system": they alone
+        // are no conversation.)
+        if (url != "/v1/messages" || (m["role"] != "system" && m["role"] != "developer"))
+          has_messages = true;
         // A laneq::Message has nothing else: a tool message's tool_call_id (or a name) left
         // out would change the request without a word.
         for (const auto& [field, v] : m.items())

@@ -42,7 +42,8 @@ std::string request_body(const Request& request, const BodyOptions& options = {}
 // Reads a non-streamed response. Always fills out.status, out.headers (copied), out.raw (the
 // parsed body, or null when it is not JSON), and resets text, usage, finish_reason, error_type
 // and error_message; the queue's fields (attempts, times) are left alone.
-// Success (2xx with choices[0].message): text = choices[0].message.content (null -> ""),
+// Success (2xx with choices[0].message): text = choices[0].message.content (null -> ""; an
+// array of parts: its "text" parts joined, the whole array in raw),
 // usage = usage.prompt_tokens / completion_tokens, finish_reason = choices[0].finish_reason.
 // Failure: error_type = error.code if present, else error.type; error_message = error.message,
 // or the start of a non-JSON body (at most 512 bytes). The code is error_code_for(...).
@@ -96,7 +97,8 @@ class StreamAccumulator : public detail::stream_accumulator_base {
   // up to, {"object": "chat.completion", "id"?, "model"?, "created"?, "system_fingerprint"?
   // (as the chunks state them), "choices": [{"index": 0, "message": {"role",
   // "content", "refusal"?, "tool_calls"?}, "finish_reason"}], "usage"?} (what a non-streamed
-  // call's body holds); status and headers are the caller's. Returns the stream's error if one
+  // call's body holds, but that a content streamed as arrays of parts comes out as its text,
+  // and its refusal parts as "refusal"); status and headers are the caller's. Returns the stream's error if one
   // came, else errc::network when the stream ended before [DONE] — a partial answer must never
   // look like success — else success.
   std::error_code finish(Response& out);
