@@ -1,8 +1,8 @@
 #include "laneq/token_estimate.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -81,9 +81,9 @@ std::int64_t estimate_prompt_tokens(const Request& request) {
 
 std::int64_t reserved_output_tokens(const Request& request, std::int64_t default_max_tokens) {
   constexpr std::int64_t most = std::int64_t{1} << 50;
-  const auto clamped = [](long double v) {
-    return v >= static_cast<long double>(most) ? most
-                                               : std::max<std::int64_t>(0, std::llround(std::ceil(v)));
+  const auto clamped = [](long double v) -> std::int64_t {
+    if (!(v > 0)) return 0;  // (a NaN too)
+    return v >= static_cast<long double>(most) ? most : std::llround(std::ceil(v));
   };
   std::int64_t reserved = request.max_tokens > 0 ? request.max_tokens : default_max_tokens;
   // extra's keys go out beside the provider's own field (max_tokens, or max_completion_tokens)
@@ -94,9 +94,7 @@ std::int64_t reserved_output_tokens(const Request& request, std::int64_t default
       const auto it = request.extra.find(key);
       if (it == request.extra.end()) continue;
       if (it->is_null()) reserved = std::max(reserved, default_max_tokens);
-      else if (it->is_number_unsigned()) reserved = std::max(reserved, clamped(it->get<std::uint64_t>()));
-      else if (it->is_number_integer()) reserved = std::max(reserved, it->get<std::int64_t>());
-      else if (it->is_number_float()) reserved = std::max(reserved, clamped(it->get<double>()));
+      else if (it->is_number()) reserved = std::max(reserved, clamped(it->get<long double>()));
     }
   }
   return std::clamp<std::int64_t>(reserved, 0, most);

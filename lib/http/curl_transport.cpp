@@ -570,9 +570,10 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
     if (detail::istarts_with(line, "HTTP/")) {
       t->response.headers.clear();
       const auto sp = line.find(' ');
-      t->current_status = !line.starts_with("HTTP/") ? 200
-                          : sp == std::string_view::npos ? 0
-                                                        : std::atoi(line.data() + sp + 1);
+      if (!line.starts_with("HTTP/"))
+        t->current_status = 200;
+      else
+        t->current_status = sp == std::string_view::npos ? 0 : std::atoi(line.data() + sp + 1);
       return line.size();
     }
     // obs-fold (RFC 9112 5.2): a line starting with a space or tab continues the previous
