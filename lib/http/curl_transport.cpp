@@ -111,7 +111,7 @@ struct curl_transfer {
   int current_status = 0;  // of the header block being read (1xx / redirects come first)
   std::size_t max_body = 0;  // CurlTransportConfig::max_response_bytes
   bool too_large = false;    // the body passed max_body: aborted
-  std::size_t streamed = 0;  // body bytes handed to request.on_body
+  std::size_t body_bytes = 0;  // of the final response, kept or handed to request.on_body
   std::size_t header_bytes = 0;  // of every header block so far (1xx ones too, as curl counts)
   std::string aborted_why;       // a header or write callback aborted the transfer: why
   Transport::executor_type caller;  // work-tracked: the caller's context stays busy
@@ -597,26 +597,22 @@ class curl_engine : public std::enable_shared_from_this<curl_engine> {
   static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* userp) {
     auto* t = static_cast<curl_transfer*>(userp);
     const std::string_view chunk(data, size * n);
+    // A body kept whole and a stream alike: a server that streams deltas without end (broken,
+    // hostile, a model in a loop with no max_tokens) would grow the consumer's text until the
+    // deadline, or for ever on a lane without one. (64 MiB of events is far beyond any answer.)
+    t->body_bytes += chunk.size();
+    if (t->max_body != 0 && t->body_bytes > t->max_body) {
+      t->too_large = true;
+      return 0;  // abort (CURLE_WRITE_ERROR)
+    }
     // Streams are delivered as they come; an error body is kept whole for its JSON.
     if (t->request.on_body && t->current_status >= 200 && t->current_status < 300) {
-      // Bounded too: a server that streams deltas without end (broken, hostile, a model in a
-      // loop with no max_tokens) would grow the consumer's text until the deadline, or for
-      // ever on a lane without one. (64 MiB of events is far beyond any model's answer.)
-      t->streamed += chunk.size();
-      if (t->max_body != 0 && t->streamed > t->max_body) {
-        t->too_large = true;
-        return 0;  // abort (CURLE_WRITE_ERROR)
-      }
       try {
         t->request.on_body(chunk);
       } catch (...) {
         return 0;  // the consumer failed: abort the transfer (CURLE_WRITE_ERROR)
       }
     } else {
-      if (t->max_body != 0 && t->response.body.size() + chunk.size() > t->max_body) {
-        t->too_large = true;
-        return 0;  // abort (CURLE_WRITE_ERROR)
-      }
       try {
         t->response.body.append(chunk);
       } catch (const std::exception& e) {  // max_response_bytes 0 (unlimited) and no memory
